@@ -1,0 +1,16 @@
+"""fp8lab: bit-exact low-precision numerics for JAX, with Pallas kernels checked against them.
+
+The public API; everything is re-exported from the modules that define it.
+"""
+
+from fp8lab.formats import ElementFormat, FORMAT_NAMES, get_format
+from fp8lab.numerics.codec import decode, encode
+from fp8lab.numerics.packing import pack, packed_length, unpack
+from fp8lab.numerics.random import random_bits
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ElementFormat", "FORMAT_NAMES", "get_format",
+    "encode", "decode", "pack", "unpack", "packed_length", "random_bits",
+]

@@ -1,0 +1,1 @@
+"""The golden model: pure JAX on integer bit patterns, written to be obviously right."""
