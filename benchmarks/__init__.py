@@ -1,0 +1,1 @@
+"""fp8lab benchmark scripts (run as files; importable for tests)."""

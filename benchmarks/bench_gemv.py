@@ -1,0 +1,603 @@
+"""The pallas-vs-reference GEMV benchmark: fp8lab.gemv_packed against XLA's GEMVs.
+
+Times, side by side in one run, y = x @ dequantize(w).T for weights of shape (n_out, k):
+  pallas     fp8lab.gemv_packed(w, x, implementation="pallas"): the packed-weight Pallas kernel
+             (interpret mode on a CPU, where it is a correctness smoke run, not a timing);
+  reference  fp8lab.gemv_packed(w, x, implementation="reference"): golden dequantize + jnp.dot;
+  xla_f32    XLA's GEMV over float32 weights (float32 x);
+  xla_bf16   XLA's GEMV over bfloat16 weights (bfloat16 x);
+  xla_e4m3   XLA's GEMV over float8_e4m3fn weights upcast to bfloat16 inside the fusion,
+             jnp.dot(w_f8.astype(bf16), x) with bfloat16 x;
+for each weight format (pallas and reference), size and batch, plus the copy bandwidth of the
+device measured in the same run (an elementwise op over a large float32 array, bytes read +
+written). See benchmarks/timing.py for how times are taken (R distinct copies per compiled
+call, medians). Effective GB/s counts the bytes an op must move at least: the weights as
+stored (packed words, scales, tensor scale), x and y.
+
+On a CPU backend the defaults are a smoke run: tiny shapes, batches 1 and 4, the Pallas kernel
+in interpret mode, and the pallas-vs-reference agreement (max |y_pallas - y_ref| / max |y_ref|)
+printed per row, which is what "pallas vs reference" means without a GPU.
+
+Usage:
+  python benchmarks/bench_gemv.py                          # smoke on CPU, full grid on a GPU
+  python benchmarks/bench_gemv.py --formats=e4m3,mxfp4 --sizes=16384x16384 --batches=1,16
+  python benchmarks/bench_gemv.py --ops=pallas,xla_e4m3 --out=/tmp/r.json
+  python benchmarks/bench_gemv.py --summarize=benchmarks/results/gemv_h200_....json \
+      --sizes=16384x16384 --batches=1,16                   # print a table from a results file
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  # Run as a script (`python benchmarks/bench_gemv.py`): make fp8lab and benchmarks importable
+  # from the working tree without an install.
+  sys.path.insert(0, _REPO)
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
+import numpy as np  # noqa: E402
+
+import fp8lab  # noqa: E402
+from benchmarks import timing  # noqa: E402
+
+ALL_OPS = ("pallas", "reference", "xla_f32", "xla_bf16", "xla_e4m3")
+FP8LAB_OPS = ("pallas", "reference")
+XLA_OPS = ("xla_f32", "xla_bf16", "xla_e4m3")
+
+# Benchmark format name -> (fp8lab.quantize format, extra quantize keyword arguments).
+FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
+    "e4m3": ("e4m3", {}),
+    "e5m2": ("e5m2", {}),
+    "mxfp8": ("mxfp8", {}),
+    "mxfp8_e5m2": ("mxfp8_e5m2", {}),
+    "mxfp4": ("mxfp4", {}),
+    "nvfp4": ("nvfp4", {}),
+    "nvfp4_2d": ("nvfp4", {"block_shape": (16, 16)}),
+    "f16": ("f16", {}),
+    "bf16": ("bf16", {}),
+}
+DEFAULT_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "bf16")
+GPU_SIZES = ("16384x16384", "4096x14336", "14336x4096", "8192x8192", "4096x4096")
+SMOKE_SIZES = ("256x512", "200x300")
+GPU_BATCHES = (1, 16, 4, 64)
+SMOKE_BATCHES = (1, 4)
+# Weight dtype and x dtype of each XLA baseline.
+XLA_BASELINES = {
+    "xla_f32": (jnp.float32, jnp.float32),
+    "xla_bf16": (jnp.bfloat16, jnp.bfloat16),
+    "xla_e4m3": (jnp.float8_e4m3fn, jnp.bfloat16),
+}
+
+_OPS = flags.DEFINE_list("ops", list(ALL_OPS), f"Ops to time, from {', '.join(ALL_OPS)}.")
+_FORMATS = flags.DEFINE_list(
+    "formats", list(DEFAULT_FORMATS),
+    f"Weight formats for the pallas and reference ops, from {', '.join(FORMATS)}.")
+_SIZES = flags.DEFINE_list(
+    "sizes", None, "Weight shapes n_out x k, e.g. 16384x16384,4096x14336 (run in this order). "
+    f"Default: {','.join(GPU_SIZES)} on a GPU, {','.join(SMOKE_SIZES)} on a CPU or with --smoke.")
+_BATCHES = flags.DEFINE_list(
+    "batches", None, "Rows of x (1 means x is one vector of shape (k,)). Default: "
+    f"{','.join(map(str, GPU_BATCHES))} on a GPU, {','.join(map(str, SMOKE_BATCHES))} on a CPU.")
+_SMOKE = flags.DEFINE_bool(
+    "smoke", False, "Tiny sizes and few repetitions even on a GPU (the default on a CPU). "
+    "The environment variable FP8LAB_BENCH_SMOKE=1 does the same.")
+_OUT = flags.DEFINE_string(
+    "out", None, "JSON results path (default benchmarks/results/gemv_<device>_<date>.json). "
+    "It is rewritten after every (size, format) so that a killed run keeps what it finished.")
+_REPS = flags.DEFINE_integer("reps", None, "Timed calls per op (default 50 on a GPU, 3 smoke).")
+_WARMUP = flags.DEFINE_integer("warmup", None, "Untimed calls first (default 3, 1 smoke).")
+_COPIES = flags.DEFINE_integer(
+    "copies", 0, "Distinct input copies per timed call (R); 0 picks it from the weight size "
+    "(see timing.choose_copies; 2 in a smoke run).")
+_L2_MB = flags.DEFINE_float("l2_mb", 60.0, "L2 cache size the copies must exceed 4x (MiB).")
+_CALL_GIB = flags.DEFINE_float(
+    "call_gib", 8.0, "Weight bytes one timed call should read at least (GiB), so the per-call "
+    "dispatch overhead is ~1% of a call.")
+_MEM_GIB = flags.DEFINE_float("mem_gib", 16.0, "Most device memory the weight copies of one op "
+                              "may take (GiB).")
+_MAX_COPIES = flags.DEFINE_integer("max_copies", 128, "Upper bound on R (compile time).")
+_COPY_GIB = flags.DEFINE_float(
+    "copy_gib", None, "Array size for the copy-bandwidth measurement (GiB; default 4 on a GPU, "
+    "1/16 in a smoke run).")
+_X_DTYPE = flags.DEFINE_enum("x_dtype", "float32", ["float32", "bfloat16", "float16"],
+                             "dtype of x (and y) for the pallas and reference ops.")
+_INTERPRET = flags.DEFINE_bool(
+    "interpret", None, "Run the Pallas kernel in interpret mode (default: on a CPU only).")
+_TIME_BUDGET_S = flags.DEFINE_float(
+    "time_budget_s", 0.0, "Stop starting new work after this many seconds (0: no limit); "
+    "what was skipped is listed in the JSON.")
+_AGREE_TOL = flags.DEFINE_float(
+    "agree_tol", 1e-2, "Flag pallas rows whose max relative difference from the reference "
+    "exceeds this. A coarse alarm for wrong results only: float32 accumulation in another "
+    "order (or TF32 in a dot) legitimately differs by ~1e-6..1e-3; the tests check precision.")
+_SUMMARIZE = flags.DEFINE_string(
+    "summarize", None, "Print the table of an existing results JSON (filtered by --sizes, "
+    "--batches, --formats, --ops when given) and exit.")
+
+
+def parse_size(s: str) -> tuple[int, int]:
+  """'16384x4096' -> (16384, 4096)."""
+  parts = s.lower().split("x")
+  if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+    raise ValueError(f"size {s!r} is not n_out x k with positive integers, e.g. 4096x14336")
+  return int(parts[0]), int(parts[1])
+
+
+def slug(text: str) -> str:
+  return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")
+
+
+def git_commit() -> dict[str, Any]:
+  """The working tree's commit and whether tracked files differ from it."""
+  try:
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True,
+                          text=True, timeout=10, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=_REPO,
+                           capture_output=True, timeout=10).returncode != 0
+    return {"commit": head, "dirty": dirty}
+  except (OSError, subprocess.SubprocessError):
+    # A copy of the tree without .git (as on the lent GPU machine): the caller may say.
+    return {"commit": os.environ.get("FP8LAB_GIT_COMMIT", "unknown"), "dirty": None}
+
+
+def machine_info() -> dict[str, Any]:
+  dev = jax.devices()[0]
+  import jaxlib  # pylint: disable=g-import-not-at-top
+  return {
+      "device_kind": dev.device_kind, "platform": dev.platform,
+      "backend": jax.default_backend(), "device_count": jax.device_count(),
+      "host": platform.node(), "cpu_count": os.cpu_count(),
+      "python": platform.python_version(), "jax": jax.__version__,
+      "jaxlib": jaxlib.__version__,
+      "xla_flags": os.environ.get("XLA_FLAGS", ""),
+  }
+
+
+def check_fp8lab_api(ops: list[str]) -> None:
+  """Fails with a clear message when the fp8lab ops the run needs are not there yet."""
+  if not any(op in FP8LAB_OPS for op in ops):
+    return
+  missing = [name for name in ("quantize", "gemv_packed") if not hasattr(fp8lab, name)]
+  if missing:
+    raise SystemExit(
+        f"bench_gemv: fp8lab has no {' / '.join(missing)} (fp8lab/quantized.py and "
+        "fp8lab/ops.py, re-exported from fp8lab/__init__.py); the pallas and reference ops "
+        "need them. Run only the XLA baselines with --ops=xla_f32,xla_bf16,xla_e4m3.")
+
+
+# --- the ops -------------------------------------------------------------------------------
+
+
+def _xla_gemv(w: jax.Array, x: jax.Array) -> jax.Array:
+  # y = x @ w.T for x of shape (k,) or (b, k): contract x's last axis with w's axis 1.
+  if w.dtype == jnp.float8_e4m3fn:
+    w = w.astype(jnp.bfloat16)   # upcast inside XLA's fusion, as jnp.dot users write it
+  return lax.dot_general(x, w, (((x.ndim - 1,), (1,)), ((), ())))
+
+
+def make_op(op: str, interpret: bool) -> Callable[[Any, jax.Array], jax.Array]:
+  if op == "pallas":
+    return functools.partial(_gemv_packed, implementation="pallas", interpret=interpret)
+  if op == "reference":
+    return functools.partial(_gemv_packed, implementation="reference", interpret=False)
+  if op in XLA_OPS:
+    return _xla_gemv
+  raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
+
+
+def _gemv_packed(w, x, *, implementation: str, interpret: bool):
+  return fp8lab.gemv_packed(w, x, implementation=implementation, interpret=interpret)
+
+
+# --- inputs, built on the device -----------------------------------------------------------
+
+
+def make_weight_copies(fmt: str | None, dtype, n_out: int, k: int, copies: int,
+                       seed: int) -> list[Any]:
+  """`copies` weight arrays with distinct random normal values, each made on the device.
+
+  `fmt` names an fp8lab format (a QuantizedArray is made with jitted fp8lab.quantize) or is
+  None for a plain array of `dtype`. Only one float32 temporary exists at a time.
+  """
+  if fmt is None:
+    make = jax.jit(lambda key: jax.random.normal(key, (n_out, k), jnp.float32).astype(dtype))
+  else:
+    qfmt, kwargs = FORMATS[fmt]
+    make = jax.jit(lambda key: fp8lab.quantize(
+        jax.random.normal(key, (n_out, k), jnp.float32), qfmt, axis=-1, **kwargs))
+  out = []
+  for i in range(copies):
+    out.append(make(jax.random.key(seed * 1000003 + i)))
+  jax.block_until_ready(out)
+  return out
+
+
+def make_x_copies(batch: int, k: int, dtype, copies: int, seed: int) -> list[jax.Array]:
+  shape = (k,) if batch == 1 else (batch, k)
+  make = jax.jit(lambda key: jax.random.normal(key, shape, jnp.float32).astype(dtype))
+  xs = [make(jax.random.key(seed * 7919 + i)) for i in range(copies)]
+  jax.block_until_ready(xs)
+  return xs
+
+
+def nbytes(tree: Any) -> int:
+  return int(sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(tree)))
+
+
+def weight_breakdown(w: Any) -> dict[str, int]:
+  if isinstance(w, jax.Array):
+    return {"weights": nbytes(w)}
+  return {"data": nbytes(w.data), "scales": nbytes(w.scales), "tensor_scale":
+          nbytes(w.tensor_scale)}
+
+
+# --- the run -------------------------------------------------------------------------------
+
+
+class Run:
+  """Collects result rows and rewrites the JSON file after every unit of work."""
+
+  def __init__(self, out_path: str, meta: dict[str, Any], budget_s: float):
+    self.out_path = out_path
+    self.meta = meta
+    self.rows: list[dict[str, Any]] = []
+    self.skipped: list[str] = []
+    self.t0 = time.perf_counter()
+    self.budget_s = budget_s
+
+  def elapsed(self) -> float:
+    return time.perf_counter() - self.t0
+
+  def over_budget(self) -> bool:
+    return self.budget_s > 0 and self.elapsed() > self.budget_s
+
+  def log(self, msg: str) -> None:
+    print(f"[{self.elapsed():7.1f}s] {msg}", flush=True)
+
+  def write(self) -> None:
+    add_speedups(self.rows, self.meta.get("copy_bandwidth", {}).get("GBps"))
+    doc = dict(self.meta, rows=self.rows, skipped=self.skipped,
+               elapsed_s=round(self.elapsed(), 1))
+    os.makedirs(os.path.dirname(os.path.abspath(self.out_path)), exist_ok=True)
+    tmp = self.out_path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump(doc, f, indent=1)
+    os.replace(tmp, self.out_path)
+
+
+def add_speedups(rows: list[dict[str, Any]], copy_gbps: float | None) -> None:
+  """Fills GB/s against the copy bandwidth and speedups against the XLA baselines."""
+  base: dict[tuple[str, int, str], float] = {}
+  for r in rows:
+    if r["op"] in ("xla_f32", "xla_e4m3") and r.get("time_us"):
+      base[(r["size"], r["batch"], r["op"])] = r["time_us"]
+  for r in rows:
+    t = r.get("time_us")
+    if not t:
+      continue
+    r["pct_copy_bw"] = 100.0 * r["GBps"] / copy_gbps if copy_gbps else None
+    for b in ("xla_f32", "xla_e4m3"):
+      tb = base.get((r["size"], r["batch"], b))
+      r[f"speedup_vs_{b}"] = tb / t if tb else None
+
+
+def max_rel_diff(ys: tuple[jax.Array, ...], refs: tuple[jax.Array, ...]) -> float:
+  """max |y - ref| / max |ref| over all copies (float32); NaN anywhere gives NaN."""
+  worst = 0.0
+  for y, r in zip(ys, refs):
+    y32, r32 = np.asarray(y, np.float32), np.asarray(r, np.float32)
+    if np.isnan(y32).any() or np.isnan(r32).any():
+      return float("nan")
+    scale = float(np.max(np.abs(r32)))
+    d = float(np.max(np.abs(y32 - r32)))
+    worst = max(worst, d / scale if scale > 0 else d)
+  return worst
+
+
+def time_op(run: Run, *, op: str, fmt_label: str, size: str, batch: int, ws: list[Any],
+            xs: list[jax.Array], interpret: bool, reps: int, warmup: int, copy_gbps: float | None,
+            keep_outputs: bool) -> tuple[dict[str, Any], tuple[jax.Array, ...] | None]:
+  """Compiles, checks and times one (op, format, size, batch); returns its row (+ outputs)."""
+  n_out, k = parse_size(size)
+  copies = len(ws)
+  x_item = xs[0].dtype.itemsize
+  row: dict[str, Any] = {
+      "op": op, "format": fmt_label, "size": size, "n_out": n_out, "k": k, "batch": batch,
+      "x_dtype": str(xs[0].dtype), "copies": copies, "interpret": interpret and op == "pallas",
+      "bytes_weights": weight_breakdown(ws[0]),
+  }
+  # The least an op must move: the weights as stored, x read once, y written once.
+  row["bytes_needed"] = nbytes(ws[0]) + batch * k * x_item + batch * n_out * x_item
+  outs = None
+  try:
+    t_c = time.perf_counter()
+    compiled = timing.compile_unrolled(make_op(op, interpret), list(zip(ws, xs)))
+    row["compile_s"] = round(time.perf_counter() - t_c, 2)
+    try:
+      row["hlo_ops"] = timing.count_hlo_ops(compiled.as_text())
+    except Exception:  # pylint: disable=broad-except
+      row["hlo_ops"] = None   # text of the optimized module not available on this backend
+    args = list(zip(ws, xs))
+    outs = compiled(args)
+    jax.block_until_ready(outs)
+    row["outputs_distinct"] = timing.outputs_distinct(outs)
+    row["output_has_nan"] = bool(any(np.isnan(np.asarray(o, np.float32)).any() for o in outs))
+    t = timing.time_compiled(compiled, args, reps=reps, warmup=warmup, copies=copies)
+    row["timing"] = t.as_dict()
+    row["time_us"] = t.median_us
+    row["GBps"] = row["bytes_needed"] / (t.median_us * 1e-6) / 1e9
+    row["pct_copy_bw"] = 100.0 * row["GBps"] / copy_gbps if copy_gbps else None
+    row["status"] = "ok"
+    del compiled
+  except Exception as e:  # pylint: disable=broad-except
+    # One failing op (an unsupported format, a kernel bug) must not lose the rest of the run.
+    row["status"] = "error"
+    row["error"] = f"{type(e).__name__}: {e}"[:2000]
+    outs = None
+  msg = (f"{size:>12} {fmt_label:>10} b={batch:<3} {op:<9} " +
+         (f"{row['time_us']:9.2f} us  {row['GBps']:8.1f} GB/s  R={copies} "
+          f"compile {row['compile_s']}s" if row["status"] == "ok" else
+          f"ERROR {row['error'][:300]}"))
+  run.log(msg)
+  return row, (outs if keep_outputs else None)
+
+
+def measure_copy_bandwidth(run: Run, gib: float, reps: int, warmup: int) -> dict[str, Any]:
+  """Bandwidth of an elementwise op over a float32 array of `gib` GiB (bytes read + written)."""
+  n = max(1024, int(gib * 2**30) // 4)
+  copies = 2
+  make = jax.jit(lambda key: jax.random.uniform(key, (n,), jnp.float32))
+  arrs = [make(jax.random.key(100 + i)) for i in range(copies)]
+  compiled = timing.compile_unrolled(lambda a: a * 1.5 + 0.25, [(a,) for a in arrs])
+  args = [(a,) for a in arrs]
+  t = timing.time_compiled(compiled, args, reps=reps, warmup=warmup, copies=copies)
+  moved = 2 * n * 4
+  res = {"array_bytes": n * 4, "bytes_moved": moved, "time_us": t.median_us,
+         "GBps": moved / (t.median_us * 1e-6) / 1e9, "timing": t.as_dict(),
+         "op": "y = x * 1.5 + 0.25 over float32 (bytes read + written)"}
+  run.log(f"copy bandwidth: {res['GBps']:.1f} GB/s ({n * 4 / 2**30:.3f} GiB, "
+          f"{t.median_us:.1f} us)")
+  del arrs, compiled
+  return res
+
+
+def run_benchmark(*, ops: list[str], formats: list[str], sizes: list[str], batches: list[int],
+                  smoke: bool, out_path: str, reps: int, warmup: int, copies_flag: int,
+                  interpret: bool, x_dtype: str, copy_gib: float, budget_s: float,
+                  l2_bytes: int, call_bytes: int, mem_bytes: int, max_copies: int,
+                  agree_tol: float) -> dict[str, Any]:
+  """Runs the grid and writes the JSON; returns the results document."""
+  for op in ops:
+    if op not in ALL_OPS:
+      raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
+  for f in formats:
+    if f not in FORMATS:
+      raise ValueError(f"unknown format {f!r}; valid: {', '.join(FORMATS)}")
+  for s in sizes:
+    parse_size(s)
+  if any(b < 1 for b in batches):
+    raise ValueError(f"batches must be >= 1, got {batches}")
+  check_fp8lab_api(ops)
+
+  now = datetime.datetime.now(datetime.timezone.utc)
+  meta: dict[str, Any] = {
+      "benchmark": "gemv_packed (pallas vs reference vs XLA)",
+      "date": now.isoformat(timespec="seconds"), "machine": machine_info(), "git": git_commit(),
+      "smoke": smoke,
+      "timing_method": timing.METHOD,
+      "bytes_needed": "weights as stored (packed words + scales + tensor scale, or the plain "
+                      "array for XLA ops) + x + y, each once; GBps = bytes_needed / time",
+      "settings": {"ops": ops, "formats": formats, "sizes": sizes, "batches": batches,
+                   "reps": reps, "warmup": warmup, "copies": copies_flag or "auto",
+                   "l2_bytes": l2_bytes, "call_bytes": call_bytes, "mem_bytes": mem_bytes,
+                   "max_copies": max_copies, "x_dtype": x_dtype, "interpret": interpret,
+                   "agree_tol": agree_tol, "time_budget_s": budget_s},
+  }
+  run = Run(out_path, meta, budget_s)
+  run.log(f"{meta['machine']['device_kind']} ({meta['machine']['backend']}), jax "
+          f"{jax.__version__}; writing {out_path}")
+  meta["dispatch_overhead_us"] = timing.dispatch_overhead_s() * 1e6
+  run.log(f"dispatch overhead of an empty compiled call: {meta['dispatch_overhead_us']:.1f} us")
+  copy = measure_copy_bandwidth(run, copy_gib, reps=max(5, reps // 2), warmup=warmup)
+  meta["copy_bandwidth"] = copy
+  copy_gbps = copy["GBps"]
+  run.write()
+
+  xdt = jnp.dtype(x_dtype)
+
+  def n_copies(bytes_per_copy: int) -> int:
+    if copies_flag:
+      return copies_flag
+    return timing.choose_copies(bytes_per_copy, l2_bytes=l2_bytes, call_bytes=call_bytes,
+                                max_bytes=mem_bytes, max_copies=max_copies)
+
+  # Units of work in priority order: per size (as given), the XLA baselines, then each format.
+  units: list[tuple[str, str | None]] = []
+  for size in sizes:
+    units += [(size, op) for op in XLA_OPS if op in ops]
+    if any(op in ops for op in FP8LAB_OPS):
+      units += [(size, "fmt:" + f) for f in formats]
+
+  seed = 0
+  for size, what in units:
+    seed += 1
+    if run.over_budget():
+      run.skipped.append(f"{size} {what}")
+      continue
+    n_out, k = parse_size(size)
+    if what in XLA_OPS:
+      wdt, xdt_base = XLA_BASELINES[what]
+      r = n_copies(n_out * k * jnp.dtype(wdt).itemsize)
+      try:
+        ws = make_weight_copies(None, wdt, n_out, k, r, seed)
+      except Exception as e:  # pylint: disable=broad-except
+        run.log(f"{size} {what}: making weights failed: {type(e).__name__}: {e}")
+        run.rows.append({"op": what, "format": jnp.dtype(wdt).name, "size": size,
+                         "batch": None, "status": "error", "error": f"weights: {e}"[:2000]})
+        continue
+      for batch in batches:
+        if run.over_budget():
+          run.skipped.append(f"{size} {what} b={batch}")
+          continue
+        xs = make_x_copies(batch, k, xdt_base, r, seed)
+        row, _ = time_op(run, op=what, fmt_label=jnp.dtype(wdt).name, size=size, batch=batch,
+                         ws=ws, xs=xs, interpret=interpret, reps=reps, warmup=warmup,
+                         copy_gbps=copy_gbps, keep_outputs=False)
+        run.rows.append(row)
+        del xs
+    else:
+      fmt = what[4:]
+      fmt_ops = [op for op in FP8LAB_OPS if op in ops]
+      try:
+        probe = make_weight_copies(fmt, None, n_out, k, 1, seed)
+        r = n_copies(nbytes(probe[0]))
+        ws = probe + make_weight_copies(fmt, None, n_out, k, r - 1, seed + 50000) if r > 1 \
+            else probe
+      except Exception as e:  # pylint: disable=broad-except
+        run.log(f"{size} {fmt}: quantize failed: {type(e).__name__}: {e}")
+        for op in fmt_ops:
+          run.rows.append({"op": op, "format": fmt, "size": size, "batch": None,
+                           "status": "error", "error": f"quantize: {type(e).__name__}: {e}"[:2000]})
+        run.write()
+        continue
+      for batch in batches:
+        if run.over_budget():
+          run.skipped.append(f"{size} {fmt} b={batch}")
+          continue
+        xs = make_x_copies(batch, k, xdt, r, seed)
+        outs: dict[str, Any] = {}
+        rows: dict[str, dict[str, Any]] = {}
+        for op in fmt_ops:
+          rows[op], outs[op] = time_op(
+              run, op=op, fmt_label=fmt, size=size, batch=batch, ws=ws, xs=xs,
+              interpret=interpret, reps=reps, warmup=warmup, copy_gbps=copy_gbps,
+              keep_outputs=True)
+          run.rows.append(rows[op])
+        if outs.get("pallas") is not None and outs.get("reference") is not None:
+          err = max_rel_diff(outs["pallas"], outs["reference"])
+          rows["pallas"]["max_rel_diff_vs_reference"] = err
+          rows["pallas"]["agrees"] = bool(err <= agree_tol)
+          run.log(f"{size:>12} {fmt:>10} b={batch:<3} pallas vs reference: max rel diff "
+                  f"{err:.3g}" + ("" if err <= agree_tol else f"  > {agree_tol}: MISMATCH"))
+        del xs, outs
+    ws = None   # free this unit's weight copies before the next one
+    gc.collect()
+    run.write()
+
+  if run.skipped:
+    run.log(f"time budget {budget_s:.0f}s reached; skipped: {', '.join(run.skipped)}")
+  run.write()
+  return dict(meta, rows=run.rows, skipped=run.skipped)
+
+
+# --- the table -----------------------------------------------------------------------------
+
+
+def _fmt(v: Any, spec: str) -> str:
+  return "-" if v is None else format(v, spec)
+
+
+def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
+                 batches: list[int] | None = None, formats: list[str] | None = None,
+                 ops: list[str] | None = None) -> str:
+  """The results as a fixed-width text table (one row per op, format, size, batch)."""
+  rows = [r for r in doc["rows"] if r.get("status") == "ok"]
+  if sizes:
+    rows = [r for r in rows if r["size"] in sizes]
+  if batches:
+    rows = [r for r in rows if r["batch"] in batches]
+  if ops:
+    rows = [r for r in rows if r["op"] in ops]
+  if formats:
+    rows = [r for r in rows if r["op"] in XLA_OPS or r["format"] in formats]
+  size_order = {s: i for i, s in enumerate(dict.fromkeys(r["size"] for r in doc["rows"]))}
+  op_order = {op: i for i, op in enumerate(XLA_OPS + FP8LAB_OPS)}
+  fmt_order = {f: i for i, f in enumerate(FORMATS)}
+  rows.sort(key=lambda r: (size_order.get(r["size"], 99), r["batch"],
+                           r["op"] not in XLA_OPS, fmt_order.get(r["format"], -1),
+                           op_order[r["op"]]))
+  head = (f"{'format':<14} {'size':>12} {'batch':>5} {'op':<9} {'time us':>9} {'GB/s':>8} "
+          f"{'%copy':>6} {'vs f32':>7} {'vs e4m3':>7} {'agree':>8}")
+  lines = [head, "-" * len(head)]
+  for r in rows:
+    agree = r.get("max_rel_diff_vs_reference")
+    flag = "" if r.get("agrees", True) else "!"
+    lines.append(
+        f"{r['format']:<14} {r['size']:>12} {r['batch']:>5} {r['op']:<9} "
+        f"{r['time_us']:9.2f} {r['GBps']:8.1f} {_fmt(r.get('pct_copy_bw'), '6.1f')} "
+        f"{_fmt(r.get('speedup_vs_xla_f32'), '7.2f')} {_fmt(r.get('speedup_vs_xla_e4m3'), '7.2f')} "
+        f"{(_fmt(agree, '8.1e') + flag) if agree is not None else '-':>8}")
+  errors = [r for r in doc["rows"] if r.get("status") == "error"]
+  cb = doc.get("copy_bandwidth", {})
+  mach = doc.get("machine", {})
+  lines.append(f"copy bandwidth {cb.get('GBps', float('nan')):.1f} GB/s; dispatch overhead "
+               f"{doc.get('dispatch_overhead_us', float('nan')):.1f} us per call (divided by R "
+               f"copies per call); {mach.get('device_kind')} jax {mach.get('jax')}")
+  if errors:
+    lines.append(f"{len(errors)} errors: " + "; ".join(
+        f"{r['size']} {r['format']} b={r['batch']} {r['op']}: {r['error'][:120]}"
+        for r in errors[:8]))
+  if doc.get("skipped"):
+    lines.append(f"skipped (time budget): {', '.join(doc['skipped'])}")
+  return "\n".join(lines)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  batches = [int(b) for b in _BATCHES.value] if _BATCHES.value else None
+  if _SUMMARIZE.value:
+    with open(_SUMMARIZE.value) as f:
+      doc = json.load(f)
+    print(format_table(doc, sizes=_SIZES.value, batches=batches,
+                       formats=_FORMATS.value if flags.FLAGS["formats"].present else None,
+                       ops=_OPS.value if flags.FLAGS["ops"].present else None))
+    return
+  backend = jax.default_backend()
+  smoke = _SMOKE.value or backend == "cpu" or os.environ.get("FP8LAB_BENCH_SMOKE") == "1"
+  sizes = _SIZES.value or list(SMOKE_SIZES if smoke else GPU_SIZES)
+  batches = batches or list(SMOKE_BATCHES if smoke else GPU_BATCHES)
+  interpret = _INTERPRET.value if _INTERPRET.value is not None else backend == "cpu"
+  out = _OUT.value
+  if not out:
+    kind = "cpu" if backend == "cpu" else slug(jax.devices()[0].device_kind)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
+    out = os.path.join(_REPO, "benchmarks", "results",
+                       f"gemv_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
+  doc = run_benchmark(
+      ops=_OPS.value, formats=_FORMATS.value, sizes=sizes, batches=batches, smoke=smoke,
+      out_path=out, reps=_REPS.value or (3 if smoke else 50),
+      warmup=_WARMUP.value if _WARMUP.value is not None else (1 if smoke else 3),
+      copies_flag=_COPIES.value or (2 if smoke else 0), interpret=interpret,
+      x_dtype=_X_DTYPE.value,
+      copy_gib=_COPY_GIB.value if _COPY_GIB.value is not None else (1 / 16 if smoke else 4.0),
+      budget_s=_TIME_BUDGET_S.value, l2_bytes=int(_L2_MB.value * 2**20),
+      call_bytes=int(_CALL_GIB.value * 2**30), mem_bytes=int(_MEM_GIB.value * 2**30),
+      max_copies=_MAX_COPIES.value, agree_tol=_AGREE_TOL.value)
+  print()
+  print(format_table(doc))
+  print(f"\nresults: {out}")
+  bad = [r for r in doc["rows"] if r.get("agrees") is False or r.get("status") == "error"]
+  if bad:
+    # Timings are still written; a wrong or failing kernel makes the run fail visibly.
+    print(f"bench_gemv: {len(bad)} rows failed or disagree with the reference", file=sys.stderr)
+    sys.exit(1)
+
+
+if __name__ == "__main__":
+  app.run(main)

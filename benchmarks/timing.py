@@ -1,0 +1,150 @@
+"""Timing helpers shared by fp8lab's benchmarks.
+
+How an op is timed (the method every number in benchmarks/results/ comes from):
+
+1. The op is applied to R distinct copies of its inputs inside ONE jitted function (an unrolled
+   Python loop; every result is returned, so none is dead code). One call therefore runs the op
+   R times and pays JAX's per-call dispatch and the host-device synchronisation (~10-20 us on a
+   GPU, comparable to a GEMV) once; the time per op is the call's time divided by R.
+2. The copies are distinct arrays (distinct random data, distinct x too), so XLA can neither
+   common-subexpression-eliminate the R ops nor merge them into one dot over a shared operand
+   (XLA's dot merger would concatenate weights that share an x), and consecutive ops read
+   different memory: with R copies holding more than ~4x the L2 cache, each op finds its
+   weights in HBM, as a decode step would.
+3. The function is compiled ahead of time (jax.jit(...).lower(...).compile()), run `warmup`
+   times, then `reps` times, each call followed by jax.block_until_ready; the host clock
+   (time.perf_counter) around each call gives one sample. Reported: the median over the reps
+   (and the 25th/75th percentiles and the minimum), divided by R.
+4. The dispatch overhead of an (almost) empty compiled call is measured with the same loop and
+   reported beside the numbers, so a reader can see how much of it (overhead / R) can remain
+   in a per-op time; R is chosen large enough that this is about 1% for the large shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Timing", "choose_copies", "compile_unrolled", "time_compiled",
+           "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "METHOD"]
+
+METHOD = (
+    "per-op time = median over reps of the host time of one compiled call that applies the op "
+    "to R distinct copies of the inputs (unrolled inside one jit, every result returned; "
+    "jax.block_until_ready after each call; warm-up calls first), divided by R. Distinct "
+    "copies defeat CSE/dot merging and make consecutive ops read different memory (R copies "
+    "exceed ~4x L2 where the weights are small). The dispatch overhead of an empty call is "
+    "reported separately (dispatch_overhead_us); at most overhead/R of it is in a per-op time.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+  """Per-op times in microseconds (call time / copies) and how they were taken."""
+  median_us: float
+  p25_us: float
+  p75_us: float
+  min_us: float
+  copies: int
+  reps: int
+  warmup: int
+
+  def as_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+def choose_copies(bytes_per_copy: int, *, l2_bytes: int, call_bytes: int, max_bytes: int,
+                  min_copies: int = 4, max_copies: int = 128) -> int:
+  """How many distinct input copies one timed call should apply the op to.
+
+  At least enough copies that they hold 4x the L2 cache (so each op reads HBM) and that one
+  call moves `call_bytes` (so the per-call dispatch overhead is small against the call), at
+  least `min_copies`; at most `max_copies` (compile time grows with the unrolled count) and
+  at most what fits in `max_bytes` of device memory (but never fewer than one).
+  """
+  if bytes_per_copy <= 0:
+    raise ValueError(f"bytes_per_copy must be positive, got {bytes_per_copy}")
+  want = max(min_copies, -(-4 * l2_bytes // bytes_per_copy), -(-call_bytes // bytes_per_copy))
+  fits = max(1, max_bytes // bytes_per_copy)
+  return int(max(1, min(want, max_copies, fits)))
+
+
+def compile_unrolled(op: Callable[..., Any], example_args: Sequence[Sequence[Any]]):
+  """Compiles one function applying `op` to each argument tuple in `example_args`.
+
+  `example_args[i]` is the i-th copy's argument tuple (pytrees of device arrays). The
+  returned compiled function takes the list of argument tuples and returns the tuple of all
+  R results. `op` is wrapped in its own jax.jit so that it is traced and lowered once and
+  called R times from the outer function.
+  """
+  inner = jax.jit(op)
+
+  def unrolled(copies):
+    return tuple(inner(*args) for args in copies)
+
+  return jax.jit(unrolled).lower(list(example_args)).compile()
+
+
+def time_compiled(compiled, args: Any, *, reps: int, warmup: int, copies: int) -> Timing:
+  """Times `compiled(args)` (see the module docstring); per-op times are call times / copies."""
+  if reps < 1 or copies < 1:
+    raise ValueError(f"reps and copies must be >= 1, got {reps}, {copies}")
+  for _ in range(warmup):
+    jax.block_until_ready(compiled(args))
+  samples = np.empty(reps)
+  for i in range(reps):
+    t0 = time.perf_counter()
+    out = compiled(args)
+    jax.block_until_ready(out)
+    samples[i] = time.perf_counter() - t0
+    del out
+  per_op = samples / copies * 1e6
+  return Timing(median_us=float(np.median(per_op)), p25_us=float(np.percentile(per_op, 25)),
+                p75_us=float(np.percentile(per_op, 75)), min_us=float(per_op.min()),
+                copies=copies, reps=reps, warmup=warmup)
+
+
+def dispatch_overhead_s(reps: int = 200) -> float:
+  """Median host time of a compiled call that does almost nothing (one tiny add), seconds."""
+  x = jax.device_put(jnp.zeros((8,), jnp.float32) + 1.0)
+  compiled = jax.jit(lambda v: v + 1.0).lower(x).compile()
+  t = time_compiled(compiled, x, reps=reps, warmup=10, copies=1)
+  return t.median_us * 1e-6
+
+
+@jax.jit
+def _max_abs_diff_to_first(outs):
+  first = outs[0].astype(jnp.float32)
+  return jnp.stack([jnp.max(jnp.abs(o.astype(jnp.float32) - first)) for o in outs[1:]])
+
+
+def outputs_distinct(outs: Sequence[jax.Array]) -> bool:
+  """True when every result after the first differs from the first somewhere.
+
+  The copies hold different random data, so identical results would mean the compiled
+  function did not really apply the op to each copy (or the copies were not distinct).
+  """
+  if len(outs) < 2:
+    return True
+  diffs = np.asarray(_max_abs_diff_to_first(tuple(outs)))
+  return bool(np.all(diffs > 0))
+
+
+def count_hlo_ops(hlo_text: str) -> dict[str, int]:
+  """Counts dots, convolutions and custom calls in optimized HLO text.
+
+  Used to check that the unrolled function kept R copies of the work (a dot may appear inside
+  a fusion's body and once more as the fusion's call; the counts are evidence, not exact op
+  counts).
+  """
+  return {
+      "dot": len(re.findall(r"\bdot\(", hlo_text)),
+      "convolution": len(re.findall(r"\bconvolution\(", hlo_text)),
+      "custom_call": len(re.findall(r"\bcustom-call\(", hlo_text)),
+      "fusion": len(re.findall(r"\bfusion\(", hlo_text)),
+  }
