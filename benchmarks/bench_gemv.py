@@ -28,6 +28,7 @@ Usage:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import functools
 import gc
@@ -125,6 +126,11 @@ _AGREE_TOL = flags.DEFINE_float(
     "agree_tol", 1e-2, "Flag pallas rows whose max relative difference from the reference "
     "exceeds this. A coarse alarm for wrong results only: float32 accumulation in another "
     "order (or TF32 in a dot) legitimately differs by ~1e-6..1e-3; the tests check precision.")
+_PLAN = flags.DEFINE_string(
+    "plan", None, "Several grids run in order in one process (one copy-bandwidth measurement, "
+    "one JSON), separated by ';', each setting any of ops=, formats=, sizes=, batches= and "
+    "taking the rest from those flags, e.g. 'sizes=16384x16384 batches=1,16; "
+    "sizes=4096x14336,14336x4096 formats=e4m3,mxfp4 batches=1'.")
 _SUMMARIZE = flags.DEFINE_string(
     "summarize", None, "Print the table of an existing results JSON (filtered by --sizes, "
     "--batches, --formats, --ops when given) and exit.")
@@ -205,26 +211,6 @@ def _gemv_packed(w, x, *, implementation: str, interpret: bool):
 
 
 # --- inputs, built on the device -----------------------------------------------------------
-
-
-def make_weight_copies(fmt: str | None, dtype, n_out: int, k: int, copies: int,
-                       seed: int) -> list[Any]:
-  """`copies` weight arrays with distinct random normal values, each made on the device.
-
-  `fmt` names an fp8lab format (a QuantizedArray is made with jitted fp8lab.quantize) or is
-  None for a plain array of `dtype`. Only one float32 temporary exists at a time.
-  """
-  if fmt is None:
-    make = jax.jit(lambda key: jax.random.normal(key, (n_out, k), jnp.float32).astype(dtype))
-  else:
-    qfmt, kwargs = FORMATS[fmt]
-    make = jax.jit(lambda key: fp8lab.quantize(
-        jax.random.normal(key, (n_out, k), jnp.float32), qfmt, axis=-1, **kwargs))
-  out = []
-  for i in range(copies):
-    out.append(make(jax.random.key(seed * 1000003 + i)))
-  jax.block_until_ready(out)
-  return out
 
 
 def make_x_copies(batch: int, k: int, dtype, copies: int, seed: int) -> list[jax.Array]:
@@ -376,23 +362,72 @@ def measure_copy_bandwidth(run: Run, gib: float, reps: int, warmup: int) -> dict
   return res
 
 
-def run_benchmark(*, ops: list[str], formats: list[str], sizes: list[str], batches: list[int],
-                  smoke: bool, out_path: str, reps: int, warmup: int, copies_flag: int,
-                  interpret: bool, x_dtype: str, copy_gib: float, budget_s: float,
-                  l2_bytes: int, call_bytes: int, mem_bytes: int, max_copies: int,
-                  agree_tol: float) -> dict[str, Any]:
-  """Runs the grid and writes the JSON; returns the results document."""
-  for op in ops:
-    if op not in ALL_OPS:
-      raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
-  for f in formats:
-    if f not in FORMATS:
-      raise ValueError(f"unknown format {f!r}; valid: {', '.join(FORMATS)}")
-  for s in sizes:
-    parse_size(s)
-  if any(b < 1 for b in batches):
-    raise ValueError(f"batches must be >= 1, got {batches}")
-  check_fp8lab_api(ops)
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """One block of the run: every op x format x size x batch of it is timed."""
+  ops: tuple[str, ...]
+  formats: tuple[str, ...]
+  sizes: tuple[str, ...]
+  batches: tuple[int, ...]
+
+  def validate(self) -> None:
+    for op in self.ops:
+      if op not in ALL_OPS:
+        raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
+    for f in self.formats:
+      if f not in FORMATS:
+        raise ValueError(f"unknown format {f!r}; valid: {', '.join(FORMATS)}")
+    for s in self.sizes:
+      parse_size(s)
+    if not self.batches or any(b < 1 for b in self.batches):
+      raise ValueError(f"batches must be >= 1, got {self.batches}")
+
+
+def parse_plan(plan: str, default: Grid) -> list[Grid]:
+  """'sizes=16384x16384 batches=1,16; sizes=4096x14336 formats=e4m3' -> grids.
+
+  Grids are separated by ';'; each sets any of ops=, formats=, sizes=, batches= (comma lists)
+  and takes the rest from `default` (the --ops/--formats/--sizes/--batches values).
+  """
+  grids = []
+  for part in plan.split(";"):
+    if not part.strip():
+      continue
+    fields = dataclasses.asdict(default)
+    for item in part.split():
+      key, sep, value = item.partition("=")
+      if not sep or key not in fields:
+        raise ValueError(f"--plan item {item!r} is not one of ops=, formats=, sizes=, "
+                         "batches= followed by a comma-separated list")
+      vals = [v for v in value.split(",") if v]
+      fields[key] = tuple(int(v) for v in vals) if key == "batches" else tuple(vals)
+    grid = Grid(**fields)
+    grid.validate()
+    grids.append(grid)
+  if not grids:
+    raise ValueError(f"--plan {plan!r} holds no grid")
+  return grids
+
+
+@functools.lru_cache(maxsize=None)
+def _weight_maker(fmt: str | None, dtype_name: str | None, n_out: int, k: int):
+  # One compiled maker per (format, shape), reused across grids and copies.
+  if fmt is None:
+    dtype = jnp.dtype(dtype_name)
+    return jax.jit(lambda key: jax.random.normal(key, (n_out, k), jnp.float32).astype(dtype))
+  qfmt, kwargs = FORMATS[fmt]
+  return jax.jit(lambda key: fp8lab.quantize(
+      jax.random.normal(key, (n_out, k), jnp.float32), qfmt, axis=-1, **kwargs))
+
+
+def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, warmup: int,
+                  copies_flag: int, interpret: bool, x_dtype: str, copy_gib: float,
+                  budget_s: float, l2_bytes: int, call_bytes: int, mem_bytes: int,
+                  max_copies: int, agree_tol: float) -> dict[str, Any]:
+  """Runs the grids in order and writes the JSON; returns the results document."""
+  for g in grids:
+    g.validate()
+  check_fp8lab_api([op for g in grids for op in g.ops])
 
   now = datetime.datetime.now(datetime.timezone.utc)
   meta: dict[str, Any] = {
@@ -402,7 +437,7 @@ def run_benchmark(*, ops: list[str], formats: list[str], sizes: list[str], batch
       "timing_method": timing.METHOD,
       "bytes_needed": "weights as stored (packed words + scales + tensor scale, or the plain "
                       "array for XLA ops) + x + y, each once; GBps = bytes_needed / time",
-      "settings": {"ops": ops, "formats": formats, "sizes": sizes, "batches": batches,
+      "settings": {"grids": [dataclasses.asdict(g) for g in grids],
                    "reps": reps, "warmup": warmup, "copies": copies_flag or "auto",
                    "l2_bytes": l2_bytes, "call_bytes": call_bytes, "mem_bytes": mem_bytes,
                    "max_copies": max_copies, "x_dtype": x_dtype, "interpret": interpret,
@@ -418,86 +453,82 @@ def run_benchmark(*, ops: list[str], formats: list[str], sizes: list[str], batch
   copy_gbps = copy["GBps"]
   run.write()
 
-  xdt = jnp.dtype(x_dtype)
-
   def n_copies(bytes_per_copy: int) -> int:
     if copies_flag:
       return copies_flag
     return timing.choose_copies(bytes_per_copy, l2_bytes=l2_bytes, call_bytes=call_bytes,
                                 max_bytes=mem_bytes, max_copies=max_copies)
 
-  # Units of work in priority order: per size (as given), the XLA baselines, then each format.
-  units: list[tuple[str, str | None]] = []
-  for size in sizes:
-    units += [(size, op) for op in XLA_OPS if op in ops]
-    if any(op in ops for op in FP8LAB_OPS):
-      units += [(size, "fmt:" + f) for f in formats]
+  def make_copies(fmt: str | None, dtype_name: str | None, n_out: int, k: int,
+                  copies: int, seed: int) -> list[Any]:
+    """`copies` weights of distinct random normal values, each made on the device."""
+    make = _weight_maker(fmt, dtype_name, n_out, k)
+    ws = [make(jax.random.key(seed * 1000003 + i)) for i in range(copies)]
+    jax.block_until_ready(ws)
+    return ws
 
-  seed = 0
-  for size, what in units:
-    seed += 1
+  # Units of work in priority order: per grid, per size, the XLA baselines, then each format.
+  units: list[tuple[Grid, str, str]] = []
+  for g in grids:
+    for size in g.sizes:
+      units += [(g, size, op) for op in XLA_OPS if op in g.ops]
+      if any(op in g.ops for op in FP8LAB_OPS):
+        units += [(g, size, "fmt:" + f) for f in g.formats]
+
+  for seed, (grid, size, what) in enumerate(units, start=1):
     if run.over_budget():
-      run.skipped.append(f"{size} {what}")
+      run.skipped.append(f"{size} {what} b={','.join(map(str, grid.batches))}")
       continue
     n_out, k = parse_size(size)
-    if what in XLA_OPS:
-      wdt, xdt_base = XLA_BASELINES[what]
-      r = n_copies(n_out * k * jnp.dtype(wdt).itemsize)
-      try:
-        ws = make_weight_copies(None, wdt, n_out, k, r, seed)
-      except Exception as e:  # pylint: disable=broad-except
-        run.log(f"{size} {what}: making weights failed: {type(e).__name__}: {e}")
-        run.rows.append({"op": what, "format": jnp.dtype(wdt).name, "size": size,
-                         "batch": None, "status": "error", "error": f"weights: {e}"[:2000]})
-        continue
-      for batch in batches:
-        if run.over_budget():
-          run.skipped.append(f"{size} {what} b={batch}")
-          continue
-        xs = make_x_copies(batch, k, xdt_base, r, seed)
-        row, _ = time_op(run, op=what, fmt_label=jnp.dtype(wdt).name, size=size, batch=batch,
-                         ws=ws, xs=xs, interpret=interpret, reps=reps, warmup=warmup,
-                         copy_gbps=copy_gbps, keep_outputs=False)
-        run.rows.append(row)
-        del xs
+    fmt = None if what in XLA_OPS else what[4:]
+    unit_ops = [what] if fmt is None else [op for op in FP8LAB_OPS if op in grid.ops]
+    if fmt is None:
+      wdt, xdt = XLA_BASELINES[what]
+      label, dtype_name = jnp.dtype(wdt).name, jnp.dtype(wdt).name
+      bytes_per_copy = n_out * k * jnp.dtype(wdt).itemsize
     else:
-      fmt = what[4:]
-      fmt_ops = [op for op in FP8LAB_OPS if op in ops]
-      try:
-        probe = make_weight_copies(fmt, None, n_out, k, 1, seed)
-        r = n_copies(nbytes(probe[0]))
-        ws = probe + make_weight_copies(fmt, None, n_out, k, r - 1, seed + 50000) if r > 1 \
-            else probe
-      except Exception as e:  # pylint: disable=broad-except
-        run.log(f"{size} {fmt}: quantize failed: {type(e).__name__}: {e}")
-        for op in fmt_ops:
-          run.rows.append({"op": op, "format": fmt, "size": size, "batch": None,
-                           "status": "error", "error": f"quantize: {type(e).__name__}: {e}"[:2000]})
-        run.write()
+      xdt, label, dtype_name, bytes_per_copy = jnp.dtype(x_dtype), fmt, None, 0
+    try:
+      if fmt is not None:
+        # The stored size of a quantized weight (words + scales) decides R.
+        probe = make_copies(fmt, None, n_out, k, 1, seed)
+        bytes_per_copy = nbytes(probe[0])
+        del probe
+      r = n_copies(bytes_per_copy)
+      ws = make_copies(fmt, dtype_name, n_out, k, r, seed)
+    except Exception as e:  # pylint: disable=broad-except
+      run.log(f"{size} {label}: making weights failed: {type(e).__name__}: {e}")
+      for op in unit_ops:
+        run.rows.append({"op": op, "format": label, "size": size, "batch": None,
+                         "status": "error", "error": f"weights: {type(e).__name__}: {e}"[:2000]})
+      run.write()
+      continue
+    for batch in grid.batches:
+      if run.over_budget():
+        run.skipped.append(f"{size} {label} b={batch}")
         continue
-      for batch in batches:
-        if run.over_budget():
-          run.skipped.append(f"{size} {fmt} b={batch}")
-          continue
-        xs = make_x_copies(batch, k, xdt, r, seed)
-        outs: dict[str, Any] = {}
-        rows: dict[str, dict[str, Any]] = {}
-        for op in fmt_ops:
-          rows[op], outs[op] = time_op(
-              run, op=op, fmt_label=fmt, size=size, batch=batch, ws=ws, xs=xs,
-              interpret=interpret, reps=reps, warmup=warmup, copy_gbps=copy_gbps,
-              keep_outputs=True)
-          run.rows.append(rows[op])
-        if outs.get("pallas") is not None and outs.get("reference") is not None:
-          err = max_rel_diff(outs["pallas"], outs["reference"])
-          rows["pallas"]["max_rel_diff_vs_reference"] = err
-          rows["pallas"]["agrees"] = bool(err <= agree_tol)
-          run.log(f"{size:>12} {fmt:>10} b={batch:<3} pallas vs reference: max rel diff "
-                  f"{err:.3g}" + ("" if err <= agree_tol else f"  > {agree_tol}: MISMATCH"))
-        del xs, outs
-    ws = None   # free this unit's weight copies before the next one
+      xs = make_x_copies(batch, k, xdt, r, seed)
+      outs: dict[str, Any] = {}
+      rows: dict[str, dict[str, Any]] = {}
+      for op in unit_ops:
+        # The reference path may materialise a float32 copy of each dequantized weight, and
+        # XLA may keep several alive at once: fewer copies keep it within device memory.
+        r_op = min(r, max(2, mem_bytes // (4 * n_out * k))) if op == "reference" else r
+        rows[op], outs[op] = time_op(
+            run, op=op, fmt_label=label, size=size, batch=batch, ws=ws[:r_op], xs=xs[:r_op],
+            interpret=interpret, reps=reps, warmup=warmup, copy_gbps=copy_gbps,
+            keep_outputs=fmt is not None)
+        run.rows.append(rows[op])
+      if outs.get("pallas") is not None and outs.get("reference") is not None:
+        err = max_rel_diff(outs["pallas"], outs["reference"])
+        rows["pallas"]["max_rel_diff_vs_reference"] = err
+        rows["pallas"]["agrees"] = bool(err <= agree_tol)
+        run.log(f"{size:>12} {label:>10} b={batch:<3} pallas vs reference: max rel diff "
+                f"{err:.3g}" + ("" if err <= agree_tol else f"  > {agree_tol}: MISMATCH"))
+      del xs, outs
+      run.write()
+    del ws   # free this unit's weight copies before the next one
     gc.collect()
-    run.write()
 
   if run.skipped:
     run.log(f"time budget {budget_s:.0f}s reached; skipped: {', '.join(run.skipped)}")
@@ -579,9 +610,23 @@ def main(argv: list[str]) -> None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
     out = os.path.join(_REPO, "benchmarks", "results",
                        f"gemv_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
+  default = Grid(ops=tuple(_OPS.value), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
+                 batches=tuple(batches))
+  try:
+    default.validate()
+    grids = parse_plan(_PLAN.value, default) if _PLAN.value else [default]
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  if smoke and len(grids) > 1:
+    # A smoke run keeps the plan's ops and formats (so a dry run checks them) but not its
+    # real-size grids: one grid of the smoke sizes and batches.
+    grids = [Grid(ops=tuple(dict.fromkeys(op for g in grids for op in g.ops)),
+                  formats=tuple(dict.fromkeys(f for g in grids for f in g.formats)),
+                  sizes=tuple(sizes), batches=tuple(batches))]
+  elif smoke:
+    grids = [dataclasses.replace(grids[0], sizes=tuple(sizes), batches=tuple(batches))]
   doc = run_benchmark(
-      ops=_OPS.value, formats=_FORMATS.value, sizes=sizes, batches=batches, smoke=smoke,
-      out_path=out, reps=_REPS.value or (3 if smoke else 50),
+      grids=grids, smoke=smoke, out_path=out, reps=_REPS.value or (3 if smoke else 50),
       warmup=_WARMUP.value if _WARMUP.value is not None else (1 if smoke else 3),
       copies_flag=_COPIES.value or (2 if smoke else 0), interpret=interpret,
       x_dtype=_X_DTYPE.value,

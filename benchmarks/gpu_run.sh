@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The one command for a call on the lent GPU machine (run from the repository root, $OUT set):
+#   1. the GEMV tests compiled on the GPU (FP8LAB_GPU_TESTS=1), log in $OUT/test_gemv_gpu.log;
+#   2. the benchmark, JSON in $OUT/gemv_h200_<date>.json, log in $OUT/bench_gemv.log;
+#   3. a short table last: 16384x16384, batches 1 and 16.
+# It ends within GPU_RUN_LIMIT_S (default 530 s; a device call may run 600 s): the tests get at
+# most GPU_RUN_TEST_TIMEOUT_S, the benchmark gets what is left, stops starting new work when its
+# budget is spent (work is ordered by priority, see PLAN) and rewrites its JSON after every row,
+# so a cut-short run still returns what it finished.
+#
+# Knobs (environment):
+#   GPU_RUN_TESTS=0            skip step 1
+#   PYTEST_ARGS="-k e4m3"      extra pytest arguments
+#   GPU_RUN_PLAN="..."         the benchmark's --plan (grids in priority order; default below)
+#   BENCH_FLAGS="--reps=20"    extra benchmark flags (after the defaults, so they win),
+#                              e.g. --formats=e4m3,e5m2 or --ops=pallas,xla_e4m3
+#   GPU_RUN_TAG=h200           the tag in the JSON file name
+#   FP8LAB_GIT_COMMIT=<sha>    recorded in the JSON when the copy of the tree has no .git
+#   FP8LAB_BENCH_SMOKE=1       tiny sizes (a dry run on a CPU: checks this script and the flags)
+# Example (device call):  bash benchmarks/gpu_run.sh
+# Dry run here:           OUT=/tmp/out FP8LAB_BENCH_SMOKE=1 GPU_RUN_TAG=cpu_dry bash benchmarks/gpu_run.sh
+set -uo pipefail
+: "${OUT:?set OUT to the output folder}"
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+LIMIT_S=${GPU_RUN_LIMIT_S:-530}
+TEST_TIMEOUT_S=${GPU_RUN_TEST_TIMEOUT_S:-150}
+TAG=${GPU_RUN_TAG:-h200}
+DATE=$(date -u +%Y%m%d_%H%M%S)
+JSON="$OUT/gemv_${TAG}_${DATE}.json"
+# Priority order: the headline shape first (batches 1 and 16: the targets), then the LLM
+# shapes, then the other batches, then the square shapes; what the budget cuts comes last.
+PLAN=${GPU_RUN_PLAN:-"sizes=16384x16384 batches=1,16; \
+sizes=4096x14336,14336x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16; \
+sizes=16384x16384 batches=4,64; \
+sizes=8192x8192,4096x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16"}
+
+echo "gpu_run: $(date -u +%FT%TZ) limit ${LIMIT_S}s, results in $JSON"
+{ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,memory.used,memory.total --format=csv 2>&1 || true; } | tee "$OUT/nvidia_smi.txt"
+"$PY" -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, jax.devices())' 2>&1 | tail -1
+
+test_rc=skipped
+if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
+  echo "gpu_run: [${SECONDS}s] tests (at most ${TEST_TIMEOUT_S}s)"
+  # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
+  timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 "$PY" -m pytest -q \
+    fp8lab_tests/test_gemv.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test_gemv_gpu.log"
+  test_rc=$?
+  echo "gpu_run: [${SECONDS}s] tests rc=$test_rc (124: cut at ${TEST_TIMEOUT_S}s)"
+fi
+
+# The benchmark's own budget stops it starting new work 45 s before the hard limit: the row in
+# flight (a compile plus its timing) and the summary need that much.
+left=$((LIMIT_S - SECONDS))
+budget=$((left - 45))
+if [ "$budget" -lt 30 ]; then budget=30; fi
+echo "gpu_run: [${SECONDS}s] benchmark (budget ${budget}s, hard stop $((left - 10))s)"
+# shellcheck disable=SC2086  # BENCH_FLAGS is a word list on purpose
+timeout -k 10 "$((left - 10))" "$PY" benchmarks/bench_gemv.py --out="$JSON" --plan="$PLAN" \
+  --reps=30 --max_copies=64 --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 \
+  | tee "$OUT/bench_gemv.log"
+bench_rc=$?
+
+echo
+echo "gpu_run: [${SECONDS}s] tests rc=$test_rc, benchmark rc=$bench_rc (124: cut at the hard stop; 1: an op failed or disagreed, see the log)"
+if [ -f "$JSON" ]; then
+  summary_sizes=16384x16384
+  if [ "${FP8LAB_BENCH_SMOKE:-0}" = 1 ]; then summary_sizes=""; fi
+  "$PY" benchmarks/bench_gemv.py --summarize="$JSON" ${summary_sizes:+--sizes=$summary_sizes} \
+    --batches=1,16 2>&1 | grep -v '^[IW][0-9]' | tee "$OUT/summary.txt"
+else
+  echo "gpu_run: no results file $JSON"
+fi
+[ "$test_rc" = 0 ] || [ "$test_rc" = skipped ] || exit 1
+[ "$bench_rc" = 0 ] || exit 1
