@@ -1,0 +1,204 @@
+"""Smoke tests of the GEMV benchmark (benchmarks/bench_gemv.py) and its timing helpers.
+
+The benchmark's main entry is run as `./dev bench` runs it (a subprocess on the CPU backend,
+the Pallas kernel in interpret mode) on the smallest shapes, and the JSON it writes is checked
+field by field against values computed here. Timings themselves are never asserted on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fp8lab
+from benchmarks import bench_gemv
+from benchmarks import timing
+from fp8lab.formats import get_format
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_HAS_OPS = hasattr(fp8lab, "gemv_packed") and hasattr(fp8lab, "quantize")
+
+
+def _run_bench(tmp_path, *flags: str) -> tuple[dict, str]:
+  out = tmp_path / "gemv.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+  proc = subprocess.run(
+      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), f"--out={out}",
+       *flags], cwd=_REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  with open(out) as f:
+    return json.load(f), proc.stdout
+
+
+def _expected_weight_bytes(fmt: str, n_out: int, k: int) -> dict[str, int]:
+  """Stored bytes of the packed words and scales, from the format descriptors and the
+  QuantizedArray contract (scales: one uint8 per block of 32 (MX) or 16 (nvfp4) along k)."""
+  qfmt, kwargs = bench_gemv.FORMATS[fmt]
+  elem = {"e4m3": "e4m3", "e5m2": "e5m2", "mxfp8": "e4m3", "mxfp4": "e2m1", "nvfp4": "e2m1",
+          "bf16": "bf16"}[qfmt]
+  per_word = get_format(elem).per_word
+  out = {"data": n_out * math.ceil(k / per_word) * 4}
+  if qfmt.startswith("mx"):
+    out["scales"] = n_out * math.ceil(k / 32)
+  elif qfmt == "nvfp4" and kwargs.get("block_shape") == (16, 16):
+    out["scales"] = math.ceil(n_out / 16) * math.ceil(k / 16)
+  elif qfmt == "nvfp4":
+    out["scales"] = n_out * math.ceil(k / 16)
+  else:
+    out["scales"] = 0
+  return out
+
+
+def _check_common(doc: dict) -> None:
+  for key in ("device_kind", "backend", "platform", "jax", "jaxlib"):
+    assert doc["machine"][key], key
+  assert doc["machine"]["backend"] == "cpu"
+  assert doc["date"] and doc["git"]["commit"]
+  assert "median" in doc["timing_method"]
+  assert doc["smoke"] is True
+  assert doc["copy_bandwidth"]["GBps"] > 0
+  assert doc["copy_bandwidth"]["bytes_moved"] == 2 * doc["copy_bandwidth"]["array_bytes"]
+  assert doc["dispatch_overhead_us"] > 0
+  assert doc["skipped"] == []
+
+
+def _check_row_numbers(r: dict, copy_gbps: float, rows: list[dict]) -> None:
+  assert r["status"] == "ok", r.get("error")
+  assert r["time_us"] > 0 and r["timing"]["median_us"] == r["time_us"]
+  assert r["timing"]["p25_us"] <= r["time_us"] <= r["timing"]["p75_us"]
+  assert r["GBps"] == pytest.approx(r["bytes_needed"] / (r["time_us"] * 1e-6) / 1e9)
+  assert r["pct_copy_bw"] == pytest.approx(100 * r["GBps"] / copy_gbps)
+  # Every copy of the unrolled call gave a different result (the copies are distinct data).
+  assert r["outputs_distinct"] is True
+  assert r["output_has_nan"] is False
+  base = {b: next(x for x in rows if x["op"] == b and x["size"] == r["size"]
+                  and x["batch"] == r["batch"]) for b in ("xla_f32", "xla_e4m3")}
+  for b, br in base.items():
+    assert r[f"speedup_vs_{b}"] == pytest.approx(br["time_us"] / r["time_us"])
+
+
+def test_smoke_xla_baselines(tmp_path):
+  """The XLA-only run needs nothing from fp8lab's ops; checks the JSON and the unrolling."""
+  doc, stdout = _run_bench(tmp_path, "--ops=xla_f32,xla_bf16,xla_e4m3", "--sizes=200x300",
+                           "--batches=1,3")
+  _check_common(doc)
+  rows = doc["rows"]
+  assert {(r["op"], r["batch"]) for r in rows} == {
+      (op, b) for op in ("xla_f32", "xla_bf16", "xla_e4m3") for b in (1, 3)}
+  itemsize = {"xla_f32": (4, 4), "xla_bf16": (2, 2), "xla_e4m3": (1, 2)}
+  for r in rows:
+    _check_row_numbers(r, doc["copy_bandwidth"]["GBps"], rows)
+    w_item, x_item = itemsize[r["op"]]
+    assert (r["n_out"], r["k"], r["copies"]) == (200, 300, 2)
+    assert r["bytes_needed"] == 200 * 300 * w_item + r["batch"] * (300 + 200) * x_item
+    # The optimized module holds a dot per copy: XLA did not merge or drop any.
+    assert r["hlo_ops"]["dot"] >= r["copies"]
+  assert "xla_e4m3" in stdout and "copy bandwidth" in stdout
+
+
+@pytest.mark.skipif(not _HAS_OPS, reason="fp8lab.gemv_packed / fp8lab.quantize not there yet")
+def test_smoke_pallas_vs_reference(tmp_path):
+  """Interpret-mode Pallas and the reference on the odd smallest shape, batches 1 and 4."""
+  fmts = ("e4m3", "mxfp4", "nvfp4_2d")
+  doc, stdout = _run_bench(tmp_path, "--sizes=200x300", "--batches=1,4",
+                           f"--formats={','.join(fmts)}")
+  _check_common(doc)
+  rows = doc["rows"]
+  want = {(op, "-", b) for op in bench_gemv.XLA_OPS for b in (1, 4)}
+  want |= {(op, f, b) for op in ("pallas", "reference") for f in fmts for b in (1, 4)}
+  assert {(r["op"], "-" if r["op"] in bench_gemv.XLA_OPS else r["format"], r["batch"])
+          for r in rows} == want
+  for r in rows:
+    _check_row_numbers(r, doc["copy_bandwidth"]["GBps"], rows)
+    if r["op"] not in ("pallas", "reference"):
+      continue
+    exp = _expected_weight_bytes(r["format"], 200, 300)
+    assert r["bytes_weights"]["data"] == exp["data"]
+    assert r["bytes_weights"]["scales"] == exp["scales"]
+    assert r["bytes_needed"] == (sum(r["bytes_weights"].values())
+                                 + r["batch"] * (300 + 200) * 4)   # float32 x and y
+    if r["op"] == "pallas":
+      assert r["interpret"] is True
+      # Pallas and reference computed the same products (float32 accumulation in another
+      # order only); the bound is the benchmark's coarse alarm, the tests bound it tightly.
+      assert 0 <= r["max_rel_diff_vs_reference"] <= doc["settings"]["agree_tol"]
+      assert r["agrees"] is True
+  assert "pallas vs reference: max rel diff" in stdout
+
+
+def test_unrolled_call_does_the_work_copies_times():
+  """compile_unrolled keeps one op per copy and each result belongs to its own copy."""
+  r, n, k = 3, 48, 40
+  rng = np.random.default_rng(0)
+  ws = [jnp.asarray(rng.standard_normal((n, k), np.float32)) for _ in range(r)]
+  xs = [jnp.asarray(rng.standard_normal((2, k), np.float32)) for _ in range(r)]
+  compiled = timing.compile_unrolled(bench_gemv.make_op("xla_f32", False), list(zip(ws, xs)))
+  assert timing.count_hlo_ops(compiled.as_text())["dot"] >= r
+  outs = compiled(list(zip(ws, xs)))
+  assert len(outs) == r and timing.outputs_distinct(outs)
+  for w, x, y in zip(ws, xs, outs):
+    ref = np.asarray(x, np.float64) @ np.asarray(w, np.float64).T
+    # float32 products of k=40 terms: |error| <= k * eps32 * sum|x||w| per element
+    # (eps32 = 2^-23; the CPU backend computes float32 dots in float32, no TF32 or bf16).
+    bound = k * 2.0**-23 * (np.abs(np.asarray(x, np.float64)) @ np.abs(np.asarray(w)).T)
+    assert np.all(np.abs(np.asarray(y, np.float64) - ref) <= bound)
+  # The distinctness check can fail: identical copies give identical results.
+  same = compiled([(ws[0], xs[0])] * r)
+  assert not timing.outputs_distinct(same)
+
+
+def test_timing_divides_by_copies():
+  compiled = jax.jit(lambda v: v * 2.0).lower(jnp.ones(4)).compile()
+  t = timing.time_compiled(compiled, jnp.ones(4), reps=5, warmup=1, copies=4)
+  assert (t.copies, t.reps, t.warmup) == (4, 5, 1)
+  assert 0 < t.min_us <= t.p25_us <= t.median_us <= t.p75_us
+  with pytest.raises(ValueError):
+    timing.time_compiled(compiled, jnp.ones(4), reps=0, warmup=0, copies=1)
+
+
+@pytest.mark.parametrize("bytes_per_copy,expected", [
+    (2**30, 8),              # 1 GiB float32 16384^2: 8 GiB per call
+    (268_435_456, 32),       # e4m3 16384^2
+    (16 * 2**20, 128),       # small weights: capped at max_copies
+    (20 * 2**30, 1),         # larger than the memory budget: one copy
+    (3 * 2**30, 4),          # 8 GiB per call needs 3: min_copies (4) binds
+    (5 * 2**30, 3),          # min_copies wants 4, the memory budget (16 GiB) holds 3
+])
+def test_choose_copies(bytes_per_copy, expected):
+  got = timing.choose_copies(bytes_per_copy, l2_bytes=60 * 2**20, call_bytes=8 * 2**30,
+                             max_bytes=16 * 2**30, max_copies=128)
+  assert got == expected
+
+
+def test_choose_copies_covers_l2():
+  # 10 MiB weights, call target tiny: 4 x 60 MiB of L2 needs 24 copies.
+  assert timing.choose_copies(10 * 2**20, l2_bytes=60 * 2**20, call_bytes=1,
+                              max_bytes=2**40) == 24
+  with pytest.raises(ValueError):
+    timing.choose_copies(0, l2_bytes=1, call_bytes=1, max_bytes=1)
+
+
+def test_plan_parsing():
+  default = bench_gemv.Grid(ops=("pallas",), formats=("e4m3",), sizes=("64x64",), batches=(1,))
+  grids = bench_gemv.parse_plan("sizes=128x256 batches=1,16; formats=mxfp4,e5m2", default)
+  assert grids[0] == bench_gemv.Grid(("pallas",), ("e4m3",), ("128x256",), (1, 16))
+  assert grids[1] == bench_gemv.Grid(("pallas",), ("mxfp4", "e5m2"), ("64x64",), (1,))
+  for bad in ("sizes=12x", "formats=fp7", "ops=cublas", "color=red", "batches=0", ";"):
+    with pytest.raises(ValueError):
+      bench_gemv.parse_plan(bad, default)
+
+
+def test_missing_ops_fail_clearly(monkeypatch):
+  monkeypatch.delattr(fp8lab, "gemv_packed", raising=False)
+  with pytest.raises(SystemExit, match="gemv_packed"):
+    bench_gemv.check_fp8lab_api(["pallas"])
+  bench_gemv.check_fp8lab_api(["xla_f32"])   # the XLA baselines do not need it
