@@ -213,9 +213,15 @@ def _gemv_packed(w, x, *, implementation: str, interpret: bool):
 # --- inputs, built on the device -----------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=None)
+def _x_maker(shape: tuple[int, ...], dtype_name: str):
+  dtype = jnp.dtype(dtype_name)
+  return jax.jit(lambda key: jax.random.normal(key, shape, jnp.float32).astype(dtype))
+
+
 def make_x_copies(batch: int, k: int, dtype, copies: int, seed: int) -> list[jax.Array]:
-  shape = (k,) if batch == 1 else (batch, k)
-  make = jax.jit(lambda key: jax.random.normal(key, shape, jnp.float32).astype(dtype))
+  """`copies` distinct random x of shape (k,) (batch 1: one vector) or (batch, k)."""
+  make = _x_maker((k,) if batch == 1 else (batch, k), jnp.dtype(dtype).name)
   xs = [make(jax.random.key(seed * 7919 + i)) for i in range(copies)]
   jax.block_until_ready(xs)
   return xs
@@ -320,9 +326,10 @@ def time_op(run: Run, *, op: str, fmt_label: str, size: str, batch: int, ws: lis
       row["hlo_ops"] = None   # text of the optimized module not available on this backend
     args = list(zip(ws, xs))
     outs = compiled(args)
-    jax.block_until_ready(outs)
-    row["outputs_distinct"] = timing.outputs_distinct(outs)
-    row["output_has_nan"] = bool(any(np.isnan(np.asarray(o, np.float32)).any() for o in outs))
+    host = [np.asarray(o, np.float32) for o in outs]
+    row["outputs_distinct"] = timing.outputs_distinct(host)
+    row["output_has_nan"] = bool(any(np.isnan(h).any() for h in host))
+    del host
     t = timing.time_compiled(compiled, args, reps=reps, warmup=warmup, copies=copies)
     row["timing"] = t.as_dict()
     row["time_us"] = t.median_us

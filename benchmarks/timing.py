@@ -117,22 +117,15 @@ def dispatch_overhead_s(reps: int = 200) -> float:
   return t.median_us * 1e-6
 
 
-@jax.jit
-def _max_abs_diff_to_first(outs):
-  first = outs[0].astype(jnp.float32)
-  return jnp.stack([jnp.max(jnp.abs(o.astype(jnp.float32) - first)) for o in outs[1:]])
-
-
-def outputs_distinct(outs: Sequence[jax.Array]) -> bool:
+def outputs_distinct(outs: Sequence[Any]) -> bool:
   """True when every result after the first differs from the first somewhere.
 
   The copies hold different random data, so identical results would mean the compiled
   function did not really apply the op to each copy (or the copies were not distinct).
+  Compared on the host (np.asarray), so no extra compilation per shape.
   """
-  if len(outs) < 2:
-    return True
-  diffs = np.asarray(_max_abs_diff_to_first(tuple(outs)))
-  return bool(np.all(diffs > 0))
+  first = np.asarray(outs[0], np.float32)
+  return all(np.any(np.asarray(o, np.float32) != first) for o in outs[1:])
 
 
 def count_hlo_ops(hlo_text: str) -> dict[str, int]:
