@@ -1,0 +1,168 @@
+"""In-kernel unpack helpers: packed uint32 words -> float32 values, with integer ops only.
+
+These run inside Pallas kernels (Triton lowering on the GPU, interpret mode on the CPU), so
+they use nothing but shifts, masks, same-width bitcasts and float16 -> float32 converts:
+no fp8 / fp4 conversion instructions, which GPUs before sm_89 lack and which the Triton
+lowering makes saturate (NUMERICS.md section 9). They are NOT the golden model
+(fp8lab/numerics/codec.py); the tests compare the two over every code.
+
+The float16 route. A minifloat code with e <= 5 exponent bits, m mantissa bits and bias b,
+whose magnitude bits are moved to float16 bits [10 - m, 10 - m + e + m) and whose sign bit
+is moved to bit 15, is a float16 bit pattern whose value is exactly
+
+    value(code) * 2^(b - 15)                     (15 = float16's bias)
+
+for every finite code, subnormals included: float16 has at least as many exponent and
+mantissa bits, so the exponent field keeps its meaning relative to the bias and a
+subnormal code stays subnormal in float16 with the same mantissa. This factor,
+`f16_route_log2(fmt)` (e4m3: -8, e5m2: 0, e2m1: -14), is folded into one final scale per
+output instead of a multiply per element. Specials: e5m2 has float16's exponent width, so
+its Inf / NaN codes land on float16 Inf / NaN as they are. e4m3's NaN codes (magnitude
+0x7F) land on the finite float16 480 * 2^-8; `nan_byte_flags` detects them per word instead
+and the kernel turns the row's result into NaN (any NaN weight makes the reference row NaN).
+e2m1 has no specials.
+
+Pairs. Codes i and i + per_word/2 of a word are 16 bits apart, so one shift and one mask
+move both into float16 position at once (low half: code i, high half: code i + per_word/2),
+halving the integer work per element against a per-code decode.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
+
+__all__ = ["f16_route_log2", "f16_pair_bits", "f16_halves_to_f32", "decode_planes",
+           "nan_byte_flags", "NAN_FLAG_MASK", "needs_nan_flags", "e8m0_scale_to_f32",
+           "e4m3_scale_to_f32"]
+
+_U = np.uint32
+# Bit 7 of every byte: where nan_byte_flags marks a NaN byte.
+NAN_FLAG_MASK = _U(0x80808080)
+
+
+def _shl(words: jax.Array, shift: int) -> jax.Array:
+  """Logical shift left by `shift` (right for negative shifts); 0 is a no-op."""
+  if shift > 0:
+    return words << _U(shift)
+  if shift < 0:
+    return words >> _U(-shift)
+  return words
+
+
+def f16_route_log2(fmt: ElementFormat) -> int:
+  """log2 of the factor between a code's float16-route value and its true value.
+
+  The float16 pattern built by `f16_pair_bits` equals value * 2^f16_route_log2(fmt);
+  0 for the storage formats f16 / bf16, whose halves are the values themselves.
+  """
+  if not fmt.minifloat:
+    return 0
+  return fmt.bias - F16.bias
+
+
+def f16_pair_bits(words: jax.Array, fmt: ElementFormat, pair: int) -> jax.Array:
+  """Float16 bit patterns of codes `pair` (low half) and `pair + per_word/2` (high half).
+
+  Args:
+    words: uint32 words of packed `fmt` codes (any shape).
+    fmt: a minifloat element format with at most 5 exponent bits (e4m3, e5m2, e2m1).
+    pair: 0 <= pair < per_word / 2.
+
+  Returns:
+    uint32 words holding two float16 patterns, each value * 2^f16_route_log2(fmt).
+  """
+  assert fmt.minifloat and fmt.exponent_bits <= F16.exponent_bits, fmt
+  bits = fmt.bits
+  mag_bits = bits - 1
+  target = F16.mantissa_bits - fmt.mantissa_bits       # where the magnitude's lsb goes
+  shift_mag = target - bits * pair
+  shift_sign = (F16.bits - 1) - (bits * pair + mag_bits)
+  mag_mask = ((1 << mag_bits) - 1) << target
+  mag_mask = _U(mag_mask | (mag_mask << 16))
+  sign_mask = _U(0x80008000)
+  if shift_mag == shift_sign:                          # e5m2: the byte is already in place
+    return _shl(words, shift_mag) & _U(mag_mask | sign_mask)
+  return (_shl(words, shift_mag) & mag_mask) | (_shl(words, shift_sign) & sign_mask)
+
+
+def f16_halves_to_f32(pair_bits: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Splits uint32 words holding two float16 patterns into two float32 arrays (low, high).
+
+  The float16 -> float32 convert is exact (Inf and NaN kept); on the GPU it is a cheap
+  half-to-single instruction, not an fp8 conversion.
+  """
+  lo = (pair_bits & _U(0xFFFF)).astype(jnp.uint16)
+  hi = (pair_bits >> _U(16)).astype(jnp.uint16)
+  to_f32 = lambda h: lax.bitcast_convert_type(h, jnp.float16).astype(jnp.float32)
+  return to_f32(lo), to_f32(hi)
+
+
+def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
+  """Decodes every code of the words: plane i holds code i of each word, as float32.
+
+  Minifloats come out as value * 2^f16_route_log2(fmt) (e4m3 NaN codes as a finite number:
+  combine with `nan_byte_flags`); f16 / bf16 halves come out as their exact values.
+  """
+  per_word = fmt.per_word
+  if fmt is BF16:
+    # A bfloat16 pattern in the top half of a word is the float32 with that value.
+    lo = lax.bitcast_convert_type(words << _U(16), jnp.float32)
+    hi = lax.bitcast_convert_type(words & _U(0xFFFF0000), jnp.float32)
+    return [lo, hi]
+  if fmt is F16:
+    return list(f16_halves_to_f32(words))
+  half = per_word // 2
+  planes: list[jax.Array | None] = [None] * per_word
+  for pair in range(half):
+    lo, hi = f16_halves_to_f32(f16_pair_bits(words, fmt, pair))
+    planes[pair], planes[pair + half] = lo, hi
+  return planes  # type: ignore[return-value]
+
+
+def needs_nan_flags(fmt: ElementFormat) -> bool:
+  """Whether the float16 route maps some NaN codes of `fmt` to finite values (e4m3)."""
+  return fmt.minifloat and bool(fmt.nan_codes) and fmt.exponent_bits < F16.exponent_bits
+
+
+def nan_byte_flags(words: jax.Array, fmt: ElementFormat) -> jax.Array:
+  """Per-word NaN marks: bit 7 of byte j is set iff byte j is a NaN code of `fmt`.
+
+  For 8-bit formats whose only NaN magnitude is all-ones (e4m3: 0x7F / 0xFF). Adding 1 to
+  the 7-bit magnitude of each byte carries into bit 7 exactly when it is 0x7F, and never
+  into the next byte. OR the results over a row and test with NAN_FLAG_MASK at the end
+  (the other bits of the sum are junk by design: one AND at the end instead of per word).
+  """
+  mag_max = (1 << (fmt.bits - 1)) - 1
+  assert fmt.bits == 8 and {c & mag_max for c in fmt.nan_codes} == {mag_max}, fmt
+  return (words & _U(0x7F7F7F7F)) + _U(0x01010101)
+
+
+def e8m0_scale_to_f32(codes: jax.Array) -> jax.Array:
+  """E8M0 scale codes (uint8 or wider) -> float32 2^(code - 127); 0xFF -> NaN.
+
+  Code 0 is 2^-127, a float32 subnormal (bit 22); codes 1..254 are the exponent field.
+  0xFF shifted into the exponent field would read as Inf: setting bit 22 as well makes it
+  a quiet NaN, so one OR handles both ends.
+  """
+  c = codes.astype(jnp.uint32)
+  ends = ((c + _U(1)) & _U(0xFE)) == _U(0)          # c == 0 or c == E8M0.nan_code
+  bits = (c << _U(23)) | jnp.where(ends, _U(1 << 22), _U(0))
+  return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def e4m3_scale_to_f32(codes: jax.Array) -> jax.Array:
+  """E4M3 scale codes (uint8 or wider) -> float32 value * 2^f16_route_log2(E4M3); NaN codes
+  (0x7F / 0xFF) -> NaN. Used per block, so the per-code NaN test costs nothing."""
+  c = codes.astype(jnp.uint32)
+  # Place the byte as code 1 of a pair so that its float16 pattern is the low half.
+  lo, _ = f16_halves_to_f32(f16_pair_bits(c << _U(8), E4M3, 1))
+  mag_max = (1 << (E4M3.bits - 1)) - 1
+  return jnp.where((c & _U(mag_max)) == _U(E4M3.nan_code), jnp.float32(jnp.nan), lo)
+
+
+assert E8M0.nan_code == 0xFF and E4M3.nan_code == 0x7F
