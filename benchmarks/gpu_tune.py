@@ -1,0 +1,387 @@
+"""Quick GPU check-and-tune sweep for the packed GEMV kernel (fp8lab/kernels/gemv.py).
+
+One call on the lent GPU does, in order (each step budgeted, a short table printed last):
+  1. correctness of every format and path against a float64 product of the golden-model
+     dequantized weights (odd shapes, masked tails), determinism (same bits twice);
+  2. the no-fp8-instruction check: the PTX of compiled kernels (XLA dump) grepped for
+     cvt.*e4m3 / e5m2 / e2m1 (done in a subprocess, since XLA_FLAGS are read at start-up);
+  3. XLA baselines at the tuning shape: fp32, bf16 and float8_e4m3fn-weight GEMV;
+  4. the sweep: candidate GemvConfigs per (format, batch), timed like benchmarks/timing.py
+     (R distinct weight copies per compiled call, median over reps, divided by R).
+It works on raw arrays (packed words, scale codes, tensor scale), not on QuantizedArray, so it
+needs nothing but fp8lab.numerics and the kernel.
+
+  python benchmarks/gpu_tune.py --out=$OUT/tune.json            # on the GPU
+  python benchmarks/gpu_tune.py --smoke                          # CPU: tiny, interpret mode
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+if __name__ == "__main__":
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from benchmarks import timing
+from fp8lab.formats import get_format
+from fp8lab.kernels import gemv as G
+from fp8lab.numerics.codec import decode
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "JSON results path")
+flags.DEFINE_string("size", "16384x16384", "n_out x k of the timing shape")
+flags.DEFINE_list("formats", ["e4m3", "e5m2", "mxfp4", "nvfp4"], "formats to tune")
+flags.DEFINE_list("batches", ["1", "16"], "batches to tune")
+flags.DEFINE_string("sweep", "small", "candidate set: default (tuned table only), small, large")
+flags.DEFINE_integer("reps", 20, "timed calls per candidate")
+flags.DEFINE_integer("copies", 4, "distinct weight copies per compiled call")
+flags.DEFINE_float("budget_s", 420.0, "stop starting new sweep work after this many seconds")
+flags.DEFINE_bool("smoke", False, "tiny sizes in interpret mode (CPU dry run)")
+flags.DEFINE_bool("check", True, "run the correctness checks")
+flags.DEFINE_bool("ptx", True, "run the PTX (no fp8 conversion) check")
+flags.DEFINE_string("ptx_dir", None, "keep the PTX dump here (default: a temp dir)")
+flags.DEFINE_string("extra", "", "extra candidates: path:br:bk:nw:ns[,...] applied to every format")
+
+# (format, element format, block_shape, has tensor scale)
+FORMATS = {
+    "e4m3": ("e4m3", None, True), "e5m2": ("e5m2", None, True),
+    "mxfp8": ("e4m3", (32,), False), "mxfp8_e5m2": ("e5m2", (32,), False),
+    "mxfp4": ("e2m1", (32,), False), "nvfp4": ("e2m1", (16,), True),
+    "nvfp4_2d": ("e2m1", (16, 16), True), "f16": ("f16", None, False),
+    "bf16": ("bf16", None, False),
+}
+
+_T0 = time.time()
+
+
+def _log(*a):
+  print(f"[{time.time() - _T0:6.1f}s]", *a, flush=True)
+
+
+def plan_of(name: str) -> G.FormatPlan:
+  elem, bs, ts = FORMATS[name]
+  return G.format_plan("nvfp4" if name == "nvfp4_2d" else name, elem, bs, ts)
+
+
+def random_weight(key, name: str, n: int, k: int):
+  """Random packed words (finite codes: no NaN / Inf), scale codes and tensor scale."""
+  plan = plan_of(name)
+  elem = plan.elem
+  kw = -(-k // elem.per_word)
+  k1, k2 = jax.random.split(key)
+  words = jax.random.bits(k1, (n, kw), jnp.uint32)
+  if elem.bits == 8:
+    words = words & jnp.uint32(0xBFBFBFBF)     # exponent MSB clear: no NaN / Inf codes
+  elif elem.bits == 16:
+    words = words & jnp.uint32(0xBFFFBFFF)     # likewise for f16 / bf16 halves
+  # Zero the codes past k in the last word, as pack() does.
+  pad = kw * elem.per_word - k
+  if pad:
+    keep = jnp.uint32((1 << (32 - pad * elem.bits)) - 1)
+    words = words.at[:, -1].set(words[:, -1] & keep)
+  scales = None
+  if plan.scale_kind == "e8m0":
+    scales = (jax.random.randint(k2, (n, -(-k // 32)), 120, 135)).astype(jnp.uint8)
+  elif plan.scale_kind == "e4m3":
+    rows = -(-n // 16) if plan.scale_row_div == 16 else n
+    scales = (jax.random.randint(k2, (rows, -(-k // 16)), 0x30, 0x50)).astype(jnp.uint8)
+  ts = jnp.float32(0.375) if plan.has_tensor_scale else None
+  return words, scales, ts
+
+
+def dequantize64(name: str, words, scales, ts, n: int, k: int) -> np.ndarray:
+  """Float64 dequantized weights from the GOLDEN decode (fp8lab.numerics.codec)."""
+  plan = plan_of(name)
+  elem = plan.elem
+  w = np.asarray(words)
+  shifts = np.arange(elem.per_word, dtype=np.uint32) * elem.bits
+  codes = ((w[:, :, None] >> shifts) & ((1 << elem.bits) - 1)).reshape(n, -1)[:, :k]
+  if elem.bits == 16:
+    vals = codes.astype(np.uint16).view(elem.dtype).astype(np.float64)
+  else:
+    vals = np.asarray(decode(jnp.asarray(codes.astype(np.uint8)), elem, jnp.float32),
+                      np.float64)
+  if plan.scale_kind == "e8m0":
+    sv = np.asarray(decode(jnp.asarray(np.asarray(scales)), get_format("e8m0"), jnp.float32),
+                    np.float64)
+    vals = vals * np.repeat(sv, 32, axis=1)[:, :k]
+  elif plan.scale_kind == "e4m3":
+    sv = np.asarray(decode(jnp.asarray(np.asarray(scales)), get_format("e4m3"), jnp.float32))
+    s = (sv * np.float32(ts)).astype(np.float64)          # fl(s * S_dec), as the golden model
+    if plan.scale_row_div == 16:
+      s = np.repeat(s, 16, axis=0)[:n]
+    vals = vals * np.repeat(s, 16, axis=1)[:, :k]
+  elif ts is not None:
+    vals = vals * float(ts)
+  return vals
+
+
+def _call(name, cfg, interpret=False):
+  plan = plan_of(name)
+
+  def f(words, scales, ts, x):
+    return G.gemv_pallas(words, scales, ts, x, plan=plan, n_out=words.shape[0],
+                         k=x.shape[-1], config=cfg, interpret=interpret)
+  return f
+
+
+def check_correctness(smoke: bool) -> list[dict]:
+  """Every format x path against float64; returns rows (err / bound must be <= 1)."""
+  rows = []
+  n, k = (37, 100) if smoke else (1000, 4100)
+  key = jax.random.key(1)
+  for name in FORMATS:
+    for path, batch, xdt in (("fma", 1, jnp.float32), ("fma", 3, jnp.bfloat16),
+                             ("dot", 16, jnp.float32), ("dot", 20, jnp.float16)):
+      key, kw_, kx = jax.random.split(key, 3)
+      words, scales, ts = random_weight(kw_, name, n, k)
+      x = jax.random.normal(kx, (batch, k), jnp.float32).astype(xdt)
+      base = G.gemv_config(plan_of(name).format, batch)
+      cfg = dataclasses.replace(base, path=path,
+                                block_rows=max(16, base.block_rows) if path == "dot" else 4)
+      f = jax.jit(_call(name, cfg, interpret=smoke))
+      y1 = f(words, scales, ts, x)
+      y2 = f(words, scales, ts, x)
+      same_bits = bool(np.array_equal(np.asarray(y1).view(np.uint16 if xdt != jnp.float32
+                                                              else np.uint32),
+                                      np.asarray(y2).view(np.uint16 if xdt != jnp.float32
+                                                          else np.uint32)))
+      wd = dequantize64(name, words, scales, ts, n, k)
+      x64 = np.asarray(x.astype(jnp.float32), np.float64)
+      ref = x64 @ wd.T
+      mag = np.abs(x64) @ np.abs(wd).T
+      u = 2.0 ** -24
+      # Float32 accumulation bound (gemv.py docstring), plus the final rounding to x's dtype.
+      out_u = {jnp.float32: u, jnp.bfloat16: 2.0 ** -8, jnp.float16: 2.0 ** -11}[xdt]
+      acc_bound = 2 * (k + 3) * u * mag
+      bound = acc_bound + out_u * (np.abs(ref) + acc_bound) + 1e-30
+      y = np.asarray(y1.astype(jnp.float32), np.float64)
+      ratio = float(np.max(np.abs(y - ref) / bound))
+      ok = ratio <= 1.0 and same_bits and np.isfinite(y).all()
+      rows.append(dict(format=name, path=path, batch=batch, x_dtype=jnp.dtype(xdt).name,
+                       err_over_bound=ratio, deterministic=same_bits, ok=bool(ok)))
+      _log(f"check {name:11s} {path} B={batch:2d} {jnp.dtype(xdt).name:8s} "
+           f"err/bound={ratio:.3f} det={same_bits} {'ok' if ok else 'FAIL'}")
+  return rows
+
+
+_PTX_SNIPPET = r"""
+import sys, jax, jax.numpy as jnp
+sys.path.insert(0, '.')
+from benchmarks.gpu_tune import random_weight, _call, plan_of, FORMATS
+from fp8lab.kernels import gemv as G
+for name in FORMATS:
+  for batch in (1, 16):
+    w, s, t = random_weight(jax.random.key(0), name, 256, 1024)
+    x = jnp.ones((batch, 1024), jnp.float32)
+    cfg = G.gemv_config(plan_of(name).format, batch)
+    jax.block_until_ready(jax.jit(_call(name, cfg))(w, s, t, x))
+print("compiled")
+"""
+
+_FP8_CVT = re.compile(r"cvt[.a-z0-9]*\.(e4m3|e5m2|e2m1|e3m2|e2m3|ue8m0)[a-z0-9x]*", re.I)
+
+
+def check_ptx(dump_dir: str | None) -> dict:
+  """Compiles every format's kernel with XLA dumping its PTX; greps for fp8/fp4 converts."""
+  d = dump_dir or tempfile.mkdtemp(prefix="fp8lab_ptx_")
+  os.makedirs(d, exist_ok=True)
+  env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
+                                    f" --xla_dump_to={d} --xla_gpu_dump_llvmir=true").strip())
+  proc = subprocess.run([sys.executable, "-c", _PTX_SNIPPET], env=env, capture_output=True,
+                        text=True, timeout=300)
+  files = sorted(glob.glob(os.path.join(d, "**", "*.ptx"), recursive=True))
+  ll_files = sorted(glob.glob(os.path.join(d, "**", "*.ll"), recursive=True))
+  kernels, hits, keep = {}, [], []
+  for path in files:
+    text = open(path, errors="replace").read()
+    found = re.findall(r"\.entry\s+(\w*fp8lab_gemv\w*)", text)
+    for name in found:
+      kernels[name] = os.path.basename(path)
+    if found:
+      keep.append(f"// ==== {os.path.basename(path)}\n{text}")
+    hits += [f"{os.path.basename(path)}: {h.group(0)}" for h in _FP8_CVT.finditer(text)]
+  ll_kernels = set()
+  for path in ll_files:
+    text = open(path, errors="replace").read()
+    ll_kernels |= set(re.findall(r"define[^@]*@(\w*fp8lab_gemv\w*)", text))
+    hits += [f"{os.path.basename(path)}: {h.group(0)}" for h in _FP8_CVT.finditer(text)]
+  if FLAGS.out and keep:
+    with open(os.path.join(os.path.dirname(os.path.abspath(FLAGS.out)), "gemv_kernels.ptx"),
+              "w") as f:
+      f.write("\n".join(keep)[: 15 * 2**20])
+  res = dict(rc=proc.returncode, ptx_files=len(files), ll_files=len(ll_files),
+             ll_kernels=sorted(ll_kernels), kernels=sorted(kernels),
+             fp8_cvt_hits=hits[:20], dump_dir=d, stderr_tail=proc.stderr[-1500:])
+  res["ok"] = proc.returncode == 0 and len(kernels) > 0 and not hits
+  _log(f"ptx: rc={proc.returncode} files={len(files)}+{len(ll_files)} gemv kernels={len(kernels)} "
+       f"(llvm ir: {len(ll_kernels)}) "
+       f"fp8 cvt hits={len(hits)} {'ok' if res['ok'] else 'FAIL'}")
+  return res
+
+
+def _time(fn, arg_copies, reps):
+  compiled = timing.compile_unrolled(fn, arg_copies)
+  return timing.time_compiled(compiled, arg_copies, reps=reps, warmup=3,
+                              copies=len(arg_copies)).median_us
+
+
+def baselines(n, k, batches, copies, reps) -> list[dict]:
+  rows = []
+  key = jax.random.key(7)
+  for batch in batches:
+    for op, wdt, xdt in (("xla_f32", jnp.float32, jnp.float32),
+                         ("xla_bf16", jnp.bfloat16, jnp.bfloat16),
+                         ("xla_e4m3", jnp.float8_e4m3fn, jnp.bfloat16)):
+      args = []
+      for c in range(copies):
+        key, k1, k2 = jax.random.split(key, 3)
+        w = jax.random.normal(k1, (n, k), jnp.float32).astype(wdt)
+        x = jax.random.normal(k2, (batch, k), jnp.float32).astype(xdt)
+        args.append((w, x))
+      if wdt == jnp.float8_e4m3fn:
+        fn = lambda w, x: jnp.dot(x, w.astype(jnp.bfloat16).T)
+      else:
+        fn = lambda w, x: jnp.dot(x, w.T)
+      us = _time(fn, args, reps)
+      del args
+      rows.append(dict(op=op, batch=batch, us=us))
+      _log(f"baseline {op:9s} B={batch:2d} {us:8.1f} us")
+  return rows
+
+
+def candidates(name: str, batch: int, sweep: str) -> list[G.GemvConfig]:
+  base = G.gemv_config(plan_of(name).format, batch)
+  out = [base]
+  four_bit = plan_of(name).elem.bits == 4
+  wpb = plan_of(name).words_per_block
+  if sweep == "default":
+    return out
+  if batch <= 4:
+    grid = [(br, bk, nw, ns) for br in (2, 4, 8) for bk in ((128, 256) if four_bit else (256, 512))
+            for nw in (4, 8) for ns in (3,)]
+    if sweep == "large":
+      grid += [(1, 256, 4, 3), (4, 1024, 8, 3), (16, 128, 8, 3), (4, 256, 4, 2), (4, 256, 4, 4)]
+    out += [G.GemvConfig("fma", *c) for c in grid]
+  else:
+    grid = [(br, bk, nw, 3) for br in (32, 64, 128) for bk in (32, 64) for nw in (4, 8)]
+    if sweep == "large":
+      grid += [(16, 64, 4, 3), (64, 128, 4, 3), (128, 32, 8, 4), (64, 64, 4, 2)]
+    out += [G.GemvConfig("dot", *c) for c in grid]
+    out += [G.GemvConfig("fma", 4, 128, 4, 3)]          # the CUDA-core path at this batch
+  for spec in filter(None, FLAGS.extra.split(",")):
+    p, br, bk, nw, ns = spec.split(":")
+    out.append(G.GemvConfig(p, int(br), int(bk), int(nw), int(ns)))
+  seen, uniq = set(), []
+  for c in out:
+    if c not in seen and c.block_k % wpb == 0:
+      seen.add(c)
+      uniq.append(c)
+  return uniq
+
+
+def sweep(n, k, names, batches, copies, reps, sweep_kind, deadline) -> list[dict]:
+  rows = []
+  key = jax.random.key(11)
+  for batch in batches:
+    for name in names:
+      if time.time() > deadline:
+        _log(f"budget spent: skipping {name} B={batch}")
+        continue
+      args = []
+      for c in range(copies):
+        key, k1, k2 = jax.random.split(key, 3)
+        w, s, t = random_weight(k1, name, n, k)
+        x = jax.random.normal(k2, (batch, k), jnp.float32)
+        args.append((w, s, t, x))
+      for cfg in candidates(name, batch, sweep_kind):
+        if time.time() > deadline:
+          break
+        t0 = time.time()
+        try:
+          us = _time(_call(name, cfg), args, reps)
+          err = None
+        except Exception as e:  # a config that does not compile is a result, not a crash
+          us, err = float("nan"), f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(dict(format=name, batch=batch, config=dataclasses.asdict(cfg), us=us,
+                         error=err, wall_s=time.time() - t0))
+        _log(f"{name:7s} B={batch:2d} {cfg.path} br={cfg.block_rows:3d} bk={cfg.block_k:4d} "
+             f"nw={cfg.num_warps} ns={cfg.num_stages}: {us:8.1f} us"
+             + (f"  {err[:120]}" if err else ""))
+      del args
+  return rows
+
+
+def main(argv):
+  del argv
+  smoke = FLAGS.smoke or jax.default_backend() != "gpu"
+  n, k = map(int, FLAGS.size.lower().split("x"))
+  batches = [int(b) for b in FLAGS.batches]
+  result = dict(device=str(jax.devices()[0].device_kind), jax=jax.__version__,
+                date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), size=[n, k])
+  out = FLAGS.out
+
+  def save():
+    if out:
+      os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+      with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+
+  if FLAGS.check:
+    result["check"] = check_correctness(smoke)
+    save()
+  if smoke:
+    _log("smoke run (no GPU): checks only")
+    return
+  if FLAGS.ptx:
+    result["ptx"] = check_ptx(FLAGS.ptx_dir)
+    save()
+  deadline = _T0 + FLAGS.budget_s
+  result["baselines"] = baselines(n, k, batches, FLAGS.copies, FLAGS.reps)
+  save()
+  result["sweep"] = sweep(n, k, FLAGS.formats, batches, FLAGS.copies, FLAGS.reps, FLAGS.sweep,
+                          deadline)
+  save()
+
+  # Short table last: best config per (format, batch) against the baselines.
+  base = {(r["op"], r["batch"]): r["us"] for r in result["baselines"]}
+  print("\nformat   B   best_us  default_us  xla_f32  xla_bf16  xla_e4m3  best config")
+  best_rows = []
+  for batch in batches:
+    for name in FLAGS.formats:
+      rs = [r for r in result["sweep"] if r["format"] == name and r["batch"] == batch
+            and r["error"] is None]
+      if not rs:
+        continue
+      best = min(rs, key=lambda r: r["us"])
+      dflt = rs[0]["us"]
+      c = best["config"]
+      best_rows.append(dict(format=name, batch=batch, us=best["us"], config=c))
+      print(f"{name:7s} {batch:2d} {best['us']:8.1f} {dflt:10.1f} "
+            f"{base.get(('xla_f32', batch), float('nan')):8.1f} "
+            f"{base.get(('xla_bf16', batch), float('nan')):9.1f} "
+            f"{base.get(('xla_e4m3', batch), float('nan')):9.1f}  "
+            f"{c['path']} br={c['block_rows']} bk={c['block_k']} nw={c['num_warps']} "
+            f"ns={c['num_stages']}")
+  result["best"] = best_rows
+  save()
+  bad = [r for r in result.get("check", []) if not r["ok"]]
+  print(f"checks: {len(result.get('check', [])) - len(bad)} ok, {len(bad)} failed; "
+        f"ptx: {result.get('ptx', {}).get('ok')}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,175 @@
+"""Ops over quantized arrays, each with a Pallas kernel and a golden-model reference path.
+
+`implementation` chooses the way jax.nn.dot_product_attention does: None picks the Pallas
+kernel on a GPU and the reference path elsewhere; "pallas" and "reference" force one;
+`interpret=True` runs the Pallas kernel in interpret mode (on the CPU, for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from fp8lab.kernels import gemv as gemv_kernel
+
+__all__ = ["gemv_packed", "IMPLEMENTATIONS"]
+
+IMPLEMENTATIONS = (None, "pallas", "reference")
+_X_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+
+
+def _quantized_array_class():
+  from fp8lab.quantized import QuantizedArray  # the block-format module; imported late
+  return QuantizedArray
+
+
+def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = False):
+  """y = x @ dequantize(w).T: a matrix-vector product over packed quantized weights.
+
+  Args:
+    w: a QuantizedArray of logical shape (n_out, k) quantized along its last axis, in any
+      format ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4" with 1D or 16x16
+      scales, "f16", "bf16"). Hadamard-rotated weights are supported: x is rotated the
+      same way first (the rotation is orthogonal, so the product is that of the
+      unrotated operands up to rounding).
+    x: (k,) or (..., k) float32, bfloat16 or float16 (a batch of tokens).
+    implementation: None (the Pallas kernel on a GPU, the reference elsewhere), "pallas"
+      or "reference" (golden-model dequantize + jnp.dot at HIGHEST precision).
+    interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel unless
+      implementation="reference" is asked for, which is an error.
+
+  Returns:
+    (..., n_out) in x's dtype, accumulated in float32 (the kernel's order of operations
+    and error bound: fp8lab/kernels/gemv.py).
+
+  NaN / Inf: a NaN weight (e4m3 / e5m2 NaN code, MX scale 0xFF, NVFP4 NaN scale) makes its
+  output row NaN for every x, as in the reference; Inf weights (e5m2) give +-Inf or NaN as
+  float32 arithmetic does. NaN or Inf in x propagate as in a float32 dot product.
+
+  Works under jax.jit, jax.vmap over x (and over w, one kernel per weight), and jax.grad
+  with respect to x (the backward pass is the reference path: dx = g @ dequantize(w),
+  rotated back for Hadamard weights). Not differentiable with respect to w.
+
+  Raises:
+    TypeError: w is not a QuantizedArray; x is not float32 / bfloat16 / float16.
+    ValueError: w is not 2D or not quantized along its last axis; x's last dimension is
+      not k; unknown implementation; "pallas" without a GPU and without interpret.
+  """
+  qa_cls = _quantized_array_class()
+  if not isinstance(w, qa_cls):
+    raise TypeError(f"gemv_packed needs a fp8lab.QuantizedArray as w, got {type(w).__name__}")
+  if len(w.shape) != 2:
+    raise ValueError(f"gemv_packed needs a 2D weight (n_out, k), got shape {w.shape}")
+  if w.axis != 1:
+    raise ValueError("gemv_packed needs a weight quantized along its last axis (axis=-1), "
+                     f"got axis={w.axis}")
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+  if not isinstance(interpret, bool):
+    raise TypeError(f"interpret must be a bool, got {interpret!r}")
+  if not hasattr(x, "dtype"):
+    x = jnp.asarray(x)
+  if jnp.dtype(x.dtype) not in _X_DTYPES:
+    raise TypeError(f"gemv_packed takes float32, bfloat16 or float16 x, got {x.dtype}")
+  k = w.shape[1]
+  if x.ndim < 1 or x.shape[-1] != k:
+    raise ValueError(f"x's last dimension must be k={k} (w.shape={w.shape}), got x.shape={x.shape}")
+  if implementation is None:
+    implementation = "pallas" if (interpret or jax.default_backend() == "gpu") else "reference"
+  if implementation == "reference" and interpret:
+    raise ValueError("interpret=True runs the Pallas kernel; it cannot go with "
+                     "implementation='reference'")
+  if implementation == "pallas" and not interpret and jax.default_backend() != "gpu":
+    raise ValueError("implementation='pallas' needs a GPU; pass interpret=True to run the "
+                     f"kernel on the {jax.default_backend()} backend")
+  if w.format not in gemv_kernel.DEFAULT_CONFIGS:
+    raise ValueError(f"gemv_packed does not know format {w.format!r}")
+  return _gemv(w, x, implementation, interpret)
+
+
+def _rotate_x(w, x: jax.Array) -> jax.Array:
+  """Applies w's Hadamard rotation to x (along its last axis); x unchanged without one."""
+  if w.hadamard is None:
+    return x
+  x = x.astype(jnp.float32)
+  from fp8lab.quantized import hadamard_for_spec  # noqa: the rotation module's entry point
+  return hadamard_for_spec(x, w.hadamard)
+
+
+def _reference(w, x: jax.Array) -> jax.Array:
+  """Golden path: x (rotated like w) @ dequantize(w).T in float32 at HIGHEST precision."""
+  xr = _rotate_x(w, x).astype(jnp.float32)
+  wd = w.dequantize(jnp.float32)
+  y = jnp.dot(xr, wd.T, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+  return y.astype(x.dtype)
+
+
+def _pallas_2d(w, x2: jax.Array, interpret: bool) -> jax.Array:
+  plan = gemv_kernel.format_plan(w.format, w.element_format, w.block_shape,
+                                 w.tensor_scale is not None)
+  return gemv_kernel.gemv_pallas(w.data, w.scales, w.tensor_scale, x2, plan=plan,
+                                 n_out=w.shape[0], k=w.shape[1], interpret=interpret)
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_pallas(interpret: bool):
+  """The kernel call on (B, k) x, with a vmap rule that folds a vmapped x into B (one
+  launch) instead of pallas_call's own batching; a vmapped w runs one launch per weight."""
+
+  @jax.custom_batching.custom_vmap
+  def call(w, x2):
+    return _pallas_2d(w, x2, interpret)
+
+  @call.def_vmap
+  def rule(axis_size, in_batched, w, x2):
+    w_batched, x_batched = in_batched
+    if not any(jax.tree_util.tree_leaves(w_batched)):
+      xb = x2 if x_batched else jnp.broadcast_to(x2, (axis_size,) + x2.shape)
+      n, b, k = xb.shape
+      y = call(w, xb.reshape(n * b, k))
+      return y.reshape(n, b, -1), True
+    ws = jax.tree_util.tree_map(
+        lambda leaf, bat: leaf if bat else jnp.broadcast_to(leaf, (axis_size,) + leaf.shape),
+        w, w_batched)
+    xs = x2 if x_batched else jnp.broadcast_to(x2, (axis_size,) + x2.shape)
+    return lax.map(lambda args: call(*args), (ws, xs)), True
+
+  return call
+
+
+def _forward(w, x: jax.Array, implementation: str, interpret: bool) -> jax.Array:
+  if implementation == "reference":
+    return _reference(w, x)
+  lead = x.shape[:-1]
+  k, n_out = w.shape[1], w.shape[0]
+  # A rotated x is no longer exactly representable in a 16-bit x dtype: it goes to the
+  # kernel in float32 (3 bfloat16 parts on the tensor-core path), rounded once at the end.
+  xr = _rotate_x(w, x)
+  x2 = xr.reshape(-1, k)
+  if x2.shape[0] == 0:
+    return jnp.zeros(lead + (n_out,), x.dtype)
+  y = _batched_pallas(interpret)(w, x2)
+  return y.reshape(lead + (n_out,)).astype(x.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _gemv(w, x, implementation, interpret):
+  return _forward(w, x, implementation, interpret)
+
+
+def _gemv_fwd(w, x, implementation, interpret):
+  return _forward(w, x, implementation, interpret), (w, x)
+
+
+def _gemv_bwd(implementation, interpret, res, g):
+  del implementation, interpret
+  w, x = res
+  _, vjp = jax.vjp(functools.partial(_reference, w), x)
+  (dx,) = vjp(g)
+  return None, dx
+
+
+_gemv.defvjp(_gemv_fwd, _gemv_bwd)
