@@ -1,0 +1,445 @@
+"""QuantizedArray and the golden quantize / dequantize of every fp8lab format.
+
+Formats (the `fmt` argument of `quantize`):
+
+| format       | elements | scales                          | tensor_scale   |
+|--------------|----------|---------------------------------|----------------|
+| "e4m3"       | e4m3     | none                            | 1 / scale      |
+| "e5m2"       | e5m2     | none                            | 1 / scale      |
+| "mxfp8"      | e4m3     | E8M0 per 32 along `axis`        | None           |
+| "mxfp8_e5m2" | e5m2     | E8M0 per 32 along `axis`        | None           |
+| "mxfp4"      | e2m1     | E8M0 per 32 along `axis`        | None           |
+| "nvfp4"      | e2m1     | E4M3 per 16 (or 16x16 tile)     | S_dec          |
+| "f16"/"bf16" | f16/bf16 | none                            | None           |
+
+Element codes are packed with `fp8lab.pack(codes, element_format, axis=axis)`; a length that
+is not a multiple of the block is padded with zeros for the scale computation only (zeros
+change no amax), and the packed data holds exactly the logical length.
+
+Every float32 step is an exact IEEE float32 operation on bit patterns (numerics/scales.py),
+so the results are the same on every backend, float32 subnormals included.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from fp8lab.formats import E2M1, E4M3, E5M2, E8M0, ElementFormat, get_format
+from fp8lab.numerics import random as fp8_random
+from fp8lab.numerics import scales as sc
+from fp8lab.numerics.codec import INPUT_DTYPES, decode, encode_bits
+from fp8lab.numerics.hadamard import HadamardSpec, hadamard
+from fp8lab.numerics.packing import pack, unpack
+
+__all__ = ["QuantizedArray", "quantize", "dequantize", "QUANTIZED_FORMATS"]
+
+_U = np.uint32
+
+# format name -> (element format, default block shape, kind)
+_FORMATS: dict[str, tuple[str, tuple[int, ...] | None, str]] = {
+    "e4m3": ("e4m3", None, "tensor"),
+    "e5m2": ("e5m2", None, "tensor"),
+    "mxfp8": ("e4m3", (32,), "mx"),
+    "mxfp8_e5m2": ("e5m2", (32,), "mx"),
+    "mxfp4": ("e2m1", (32,), "mx"),
+    "nvfp4": ("e2m1", (16,), "nvfp4"),
+    "f16": ("f16", None, "storage"),
+    "bf16": ("bf16", None, "storage"),
+}
+QUANTIZED_FORMATS = tuple(_FORMATS)
+ROUNDING_MODES = ("nearest", "stochastic")
+
+
+@jax.tree_util.register_pytree_node_class
+class QuantizedArray:
+  """A quantized array: packed element codes, their scales, and static metadata.
+
+  Leaves (pytree children): `data` (uint32 words, `fp8lab.pack(codes, element_format,
+  axis=axis)`), `scales` (uint8 scale codes: E8M0 for MX, E4M3 for nvfp4; None otherwise),
+  `tensor_scale` (float32 scalar DEQUANTIZATION factor, or None).
+  Static metadata (pytree aux data): `format`, `element_format`, `shape` (logical shape of
+  x), `axis` (non-negative), `block_shape`, `scale_mode` (MX only), `hadamard`
+  (HadamardSpec or None).
+
+  `scales` has x's shape with the blocked axis replaced by ceil(length / block); for
+  block_shape (16, 16) the last two axes are replaced by their tile counts.
+
+  Under jax.vmap the metadata describes ONE example: a QuantizedArray returned by
+  jax.vmap(quantize) must be consumed inside jax.vmap too (dequantize checks the leaves
+  against the metadata and raises ValueError otherwise).
+  """
+
+  def __init__(self, data, scales, tensor_scale, *, format: str, element_format: str,
+               shape: tuple[int, ...], axis: int, block_shape: tuple[int, ...] | None,
+               scale_mode: str | None, hadamard: HadamardSpec | None):
+    self.data = data
+    self.scales = scales
+    self.tensor_scale = tensor_scale
+    self.format = format
+    self.element_format = element_format
+    self.shape = tuple(shape)
+    self.axis = axis
+    self.block_shape = block_shape
+    self.scale_mode = scale_mode
+    self.hadamard = hadamard
+
+  @property
+  def ndim(self) -> int:
+    return len(self.shape)
+
+  def _aux(self):
+    return (self.format, self.element_format, self.shape, self.axis, self.block_shape,
+            self.scale_mode, self.hadamard)
+
+  def tree_flatten(self):
+    return (self.data, self.scales, self.tensor_scale), self._aux()
+
+  @classmethod
+  def tree_unflatten(cls, aux, children):
+    fmt, elem, shape, axis, block_shape, scale_mode, had = aux
+    return cls(*children, format=fmt, element_format=elem, shape=shape, axis=axis,
+               block_shape=block_shape, scale_mode=scale_mode, hadamard=had)
+
+  def dequantize(self, dtype=jnp.float32, *, unrotate: bool = False) -> jax.Array:
+    """See `fp8lab.dequantize`."""
+    return dequantize(self, dtype, unrotate=unrotate)
+
+  def codes(self) -> jax.Array:
+    """The unpacked element codes (uint8; uint16 bit patterns for f16/bf16), x's shape."""
+    return unpack(self.data, self.element_format, self.shape[self.axis], self.axis)
+
+  def __repr__(self) -> str:
+    def leaf(a):
+      if a is None:
+        return "None"
+      return f"{jnp.dtype(a.dtype).name}{list(a.shape)}"
+    parts = [f"format={self.format!r}", f"shape={self.shape}", f"axis={self.axis}"]
+    if self.block_shape is not None:
+      parts.append(f"block_shape={self.block_shape}")
+    if self.scale_mode is not None:
+      parts.append(f"scale_mode={self.scale_mode!r}")
+    if self.hadamard is not None:
+      parts.append(f"hadamard={self.hadamard}")
+    parts += [f"data={leaf(self.data)}", f"scales={leaf(self.scales)}",
+              f"tensor_scale={leaf(self.tensor_scale)}"]
+    return f"QuantizedArray({', '.join(parts)})"
+
+
+# ----------------------------------------------------------------------------------------
+# Argument checks (before any tracing).
+
+def _check_format(fmt) -> str:
+  if not isinstance(fmt, str) or fmt not in _FORMATS:
+    raise ValueError(f"unknown quantized format {fmt!r}; valid names: "
+                     f"{', '.join(QUANTIZED_FORMATS)}")
+  return fmt
+
+
+def _normalize_axis(axis, ndim: int) -> int:
+  if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+    raise ValueError(f"axis must be an int, got {axis!r}")
+  if not -ndim <= axis < ndim:
+    raise ValueError(f"axis {axis} is out of range for an array with {ndim} dimensions")
+  return int(axis) % ndim
+
+
+def _check_block_shape(fmt: str, block_shape, ndim: int, axis: int):
+  default = _FORMATS[fmt][1]
+  if block_shape is None:
+    return default
+  try:
+    block_shape = tuple(int(b) for b in block_shape)
+  except TypeError:
+    raise ValueError(f"block_shape must be a tuple of ints, got {block_shape!r}") from None
+  if fmt == "nvfp4" and block_shape == (16, 16):
+    if ndim < 2:
+      raise ValueError("nvfp4 block_shape (16, 16) tiles the last two axes; x needs >= 2")
+    if axis < ndim - 2:
+      raise ValueError(f"nvfp4 with block_shape (16, 16) packs one of the last two axes; "
+                       f"got axis {axis} of {ndim}")
+    return block_shape
+  if block_shape != default:
+    allowed = {"nvfp4": "(16,) or (16, 16)"}.get(fmt, str(default))
+    raise ValueError(f"block_shape {block_shape} is not valid for {fmt!r}; allowed: {allowed}")
+  return block_shape
+
+
+def _check_hadamard(hadamard_arg) -> HadamardSpec | None:
+  if hadamard_arg is None or isinstance(hadamard_arg, HadamardSpec):
+    return hadamard_arg
+  if isinstance(hadamard_arg, (int, np.integer)) and not isinstance(hadamard_arg, bool):
+    return HadamardSpec(int(hadamard_arg))
+  raise ValueError(f"hadamard must be None, a block size or a HadamardSpec, got "
+                   f"{hadamard_arg!r}")
+
+
+def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
+             block_shape: tuple[int, ...] | None = None, rounding: str = "nearest",
+             key=None, hadamard: int | HadamardSpec | None = None, scale=None,
+             margin: int = 0, sr_bits: int = 8) -> QuantizedArray:
+  """Quantizes x to one of fp8lab's formats (the golden model).
+
+  Args:
+    x: float32, bfloat16 or float16 array with at least one axis (16-bit inputs are widened
+      to float32 exactly).
+    fmt: "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16" or "bf16".
+    axis: the blocked and packed axis.
+    scale_mode: MX formats: "floor" (the OCP spec, default), "ceil", "even" or "rceil"
+      (NUMERICS.md section 4). Other formats have no scale rule: only the default "floor"
+      is accepted there (and ignored; the result's scale_mode is None).
+    block_shape: None for the format's default; nvfp4 also takes (16, 16) (16x16 tiles of
+      the last two axes, Transformer Engine's weight scaling; `axis` must be one of them).
+    rounding: "nearest" (ties to even) or "stochastic" (needs `key`). Stochastic rounding
+      applies to the element conversion only (scales stay deterministic): element at flat
+      row-major index i of x's logical shape draws
+      `fp8lab.random_bits(key, x.shape)[i]` and rounds with its top `sr_bits` bits
+      (NUMERICS.md section 6). Not available for "f16"/"bf16".
+    key: threefry key for stochastic rounding.
+    hadamard: None, a block size (16/32/64/128, no signs) or a HadamardSpec. x is rotated
+      along `axis` (numerics/hadamard.py) before any amax is taken; the result records the
+      spec and dequantizes to the ROTATED values unless `unrotate=True`.
+    scale: "e4m3"/"e5m2" only: the QUANTIZATION factor to use as is (float32 scalar, e.g.
+      `DelayedScaling.scale`); None means current scaling from this tensor's amax.
+    margin: "e4m3"/"e5m2" current scaling only: scale = fp8_max / amax / 2^margin.
+    sr_bits: random bits per element for stochastic rounding (1..24, default 8).
+
+  Semantics per format (all float32 steps exact IEEE float32):
+    MX: per block of 32, amax = max |x|, E8M0 code from `scales.mx_scale_codes`; element
+      codes = saturating RNE (or stochastic) encoding of x * 2^-s. A zero block has scale
+      code 0x00 and zero codes (-0 keeps its sign code). A block with any NaN or +-Inf has
+      scale code 0xFF and all element codes 0: it dequantizes to NaN entirely.
+    nvfp4: NUMERICS.md section 5 step by step: amax is the largest FINITE |x| of the whole
+      tensor (an all-zero tensor has S_enc = 1, scales 0, zero codes); a block (or tile)
+      that holds a NaN or +-Inf gets scale code 0x7F (E4M3 NaN) and zero element codes, so
+      it dequantizes to NaN, like MX; the other blocks are unaffected. A block whose scale
+      rounds to 0 has enc_b = FLT_MAX and dequantizes to zeros.
+    e4m3/e5m2: scale = `scales.current_scale(tensor_amax(x), fmt, margin)` unless given
+      (amax over finite values; 1.0 for an all-zero or all-non-finite tensor; FLT_MAX when
+      fp8_max / amax overflows); codes = saturating encoding of fl(x * scale): NaN stays
+      NaN, +-Inf and overflow become +-max finite (also for e5m2); tensor_scale =
+      fl(1 / scale).
+    f16/bf16: the nearest-even cast of x (float16 overflow -> +-Inf; an input of the target
+      dtype keeps its exact bits), two per word, no scale.
+
+  Returns:
+    a QuantizedArray (see its docstring for the layout).
+
+  Raises:
+    ValueError: unknown format (lists the valid ones), bad axis, block_shape, scale_mode,
+      rounding, hadamard, margin, or a missing key; TypeError: x not float32/bf16/f16.
+  """
+  fmt = _check_format(fmt)
+  x = jnp.asarray(x)
+  if x.dtype not in INPUT_DTYPES:
+    raise TypeError(f"quantize takes float32, bfloat16 or float16 input, got {x.dtype}")
+  if x.ndim == 0:
+    raise ValueError("quantize needs an array with at least one axis")
+  elem_name, _, kind = _FORMATS[fmt]
+  axis = _normalize_axis(axis, x.ndim)
+  block_shape = _check_block_shape(fmt, block_shape, x.ndim, axis)
+  if kind == "mx":
+    if scale_mode not in sc.MX_SCALE_MODES:
+      raise ValueError(f"scale_mode for {fmt!r} must be one of {sc.MX_SCALE_MODES}, got "
+                       f"{scale_mode!r}")
+  elif scale_mode != "floor":
+    raise ValueError(f"{fmt!r} has no scale_mode (leave the default); got {scale_mode!r}")
+  if rounding not in ROUNDING_MODES:
+    raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
+  if rounding == "stochastic":
+    if kind == "storage":
+      raise ValueError(f"{fmt!r} is a nearest-even cast; stochastic rounding is for the "
+                       "e4m3/e5m2/e2m1 element formats")
+    if key is None:
+      raise ValueError("rounding='stochastic' needs a key: pass key=jax.random.key(seed)")
+    if not (isinstance(sr_bits, int) and 1 <= sr_bits <= 24):
+      raise ValueError(f"sr_bits must be an int in [1, 24], got {sr_bits!r}")
+    fp8_random.key_words(key)                         # validates the key's shape and dtype
+  elif key is not None:
+    raise ValueError("key is only used with rounding='stochastic'")
+  if kind != "tensor":
+    if scale is not None:
+      raise ValueError(f"scale is only for the per-tensor formats 'e4m3'/'e5m2', not {fmt!r}")
+    if margin != 0:
+      raise ValueError(f"margin is only for the per-tensor formats 'e4m3'/'e5m2', not {fmt!r}")
+  else:
+    margin = sc._check_margin(margin)
+    if scale is not None and margin != 0:
+      raise ValueError("a given scale is used as is; margin applies to current scaling only")
+  spec = _check_hadamard(hadamard)
+  if spec is not None and x.shape[axis] % spec.block:
+    raise ValueError(f"the length {x.shape[axis]} of axis {axis} is not a multiple of the "
+                     f"Hadamard block {spec.block}")
+
+  meta = dict(format=fmt, element_format=elem_name, shape=x.shape, axis=axis,
+              block_shape=block_shape, scale_mode=scale_mode if kind == "mx" else None,
+              hadamard=spec)
+  data, scales, tensor_scale = _quantize_leaves(
+      x, key, None if scale is None else jnp.asarray(scale, jnp.float32), **{
+          k: meta[k] for k in ("format", "axis", "block_shape", "scale_mode", "hadamard")},
+      rounding=rounding, margin=margin, sr_bits=sr_bits)
+  return QuantizedArray(data, scales, tensor_scale, **meta)
+
+
+@functools.partial(jax.jit, static_argnames=("format", "axis", "block_shape", "scale_mode",
+                                             "hadamard", "rounding", "margin", "sr_bits"))
+def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, hadamard,
+                     rounding, margin, sr_bits):
+  elem_name, _, kind = _FORMATS[format]
+  if hadamard is not None:
+    x = _rotate(x, hadamard, axis, inverse=False)
+  if kind == "storage":
+    codes = lax.bitcast_convert_type(x.astype(get_format(elem_name).dtype), jnp.uint16)
+    return pack(codes, elem_name, axis), None, None
+  elem = get_format(elem_name)
+  bits = sc.bits_of(x)
+  rbits = None
+  if rounding == "stochastic":
+    rbits = fp8_random.random_bits(key, x.shape)
+  if kind == "tensor":
+    if scale is None:
+      scale_bits = sc._scale_from_amax_bits(sc.finite_amax_bits(bits), elem, margin,
+                                            sc.ONE_BITS)
+    else:
+      scale_bits = sc.bits_of(scale.reshape(()))
+    codes = encode_bits(sc.f32_mul(bits, scale_bits), elem, saturate=True,
+                        random_bits=rbits, sr_bits=sr_bits)
+    tensor_scale = sc.float_of(sc.f32_div(sc.ONE_BITS, scale_bits))
+    return pack(codes, elem_name, axis), None, tensor_scale
+  # Block formats: a NaN or Inf anywhere in a block marks it (its magnitude bits are the
+  # largest), so the block max of the magnitude bits serves both amax and that test.
+  mag = bits & _U(0x7FFFFFFF)
+  block_max = _block_reduce_max(mag, axis, block_shape)
+  nonfinite_block = block_max >= _U(0x7F800000)
+  if kind == "mx":
+    scale_codes = sc.mx_scale_codes(block_max, elem, scale_mode)
+    s = sc.mx_shared_exponent(jnp.minimum(block_max, sc.FLT_MAX_BITS), elem, scale_mode)
+    scaled = sc.ldexp_bits(bits, _expand(-s, axis, block_shape, x.shape))
+    tensor_scale = None
+  else:                                                   # nvfp4, NUMERICS.md section 5
+    s_enc, s_dec = sc.nvfp4_tensor_scales(sc.finite_amax_bits(bits))
+    scale_codes = sc.nvfp4_block_scale_codes(block_max, s_enc)
+    scale_codes = jnp.where(nonfinite_block, jnp.uint8(E4M3.nan_code), scale_codes)
+    enc_b = sc.nvfp4_block_encode_factor(scale_codes, s_dec)
+    scaled = sc.f32_mul(bits, _expand(enc_b, axis, block_shape, x.shape))
+    tensor_scale = sc.float_of(s_dec)
+  codes = encode_bits(scaled, elem, saturate=True, random_bits=rbits, sr_bits=sr_bits)
+  codes = jnp.where(_expand(nonfinite_block, axis, block_shape, x.shape), jnp.uint8(0), codes)
+  return pack(codes, elem_name, axis), scale_codes, tensor_scale
+
+
+def _rotate(x, spec: HadamardSpec, axis: int, inverse: bool):
+  return hadamard(x, spec.block, signs=spec.sign_arg(), axis=axis, inverse=inverse)
+
+
+def _block_reduce_max(mag, axis: int, block_shape):
+  """Max over each block; zero padding (which changes no max of magnitudes)."""
+  if len(block_shape) == 2:
+    rows, cols = mag.shape[-2:]
+    br, bc = block_shape
+    nr, nc = -(-rows // br), -(-cols // bc)
+    pad = [(0, 0)] * (mag.ndim - 2) + [(0, nr * br - rows), (0, nc * bc - cols)]
+    tiles = jnp.pad(mag, pad).reshape(mag.shape[:-2] + (nr, br, nc, bc))
+    return jnp.max(tiles, axis=(-3, -1))
+  (b,) = block_shape
+  m = jnp.moveaxis(mag, axis, -1)
+  n = m.shape[-1]
+  nb = -(-n // b)
+  m = jnp.pad(m, [(0, 0)] * (m.ndim - 1) + [(0, nb * b - n)])
+  blocks = jnp.max(m.reshape(m.shape[:-1] + (nb, b)), axis=-1)
+  return jnp.moveaxis(blocks, -1, axis)
+
+
+def _expand(per_block, axis: int, block_shape, shape):
+  """Broadcasts a per-block array back to one value per element of `shape`."""
+  if len(block_shape) == 2:
+    out = jnp.repeat(jnp.repeat(per_block, block_shape[0], axis=-2), block_shape[1], axis=-1)
+    return out[..., :shape[-2], :shape[-1]]
+  out = jnp.repeat(per_block, block_shape[0], axis=axis)
+  return lax.slice_in_dim(out, 0, shape[axis], axis=axis)
+
+
+# ----------------------------------------------------------------------------------------
+# Dequantization.
+
+def _check_leaves(q: QuantizedArray):
+  elem = get_format(q.element_format)
+  want = list(q.shape)
+  want[q.axis] = -(-q.shape[q.axis] // elem.per_word)
+  problems = []
+  if tuple(q.data.shape) != tuple(want):
+    problems.append(f"data has shape {tuple(q.data.shape)}, metadata implies {tuple(want)}")
+  if q.scales is not None:
+    want_s = _scales_shape(q.shape, q.axis, q.block_shape)
+    if tuple(q.scales.shape) != want_s:
+      problems.append(f"scales have shape {tuple(q.scales.shape)}, metadata implies {want_s}")
+  if problems:
+    raise ValueError("QuantizedArray leaves do not match its metadata (" + "; ".join(problems)
+                     + "). A QuantizedArray made under jax.vmap describes one example: "
+                     "use it under jax.vmap too.")
+
+
+def _scales_shape(shape, axis, block_shape):
+  shape = list(shape)
+  if len(block_shape) == 2:
+    shape[-2] = -(-shape[-2] // block_shape[0])
+    shape[-1] = -(-shape[-1] // block_shape[1])
+  else:
+    shape[axis] = -(-shape[axis] // block_shape[0])
+  return tuple(shape)
+
+
+def dequantize(q: QuantizedArray, dtype=jnp.float32, *, unrotate: bool = False) -> jax.Array:
+  """The values a QuantizedArray stands for.
+
+  Computed exactly in float32 (IEEE on bit patterns), then rounded to `dtype` (float32,
+  bfloat16 or float16) by a nearest-even cast:
+    e4m3/e5m2: fl(decode(code) * tensor_scale).
+    MX: decode(code) * 2^(scale_code - 127), exact (subnormal results included); scale code
+      0xFF makes the whole block NaN.
+    nvfp4: fl(decode(code) * fl(decode_e4m3(scale_code) * S_dec)); an E4M3 NaN scale makes
+      the block NaN.
+    f16/bf16: the stored values.
+  Hadamard-rotated arrays give the ROTATED values, unless unrotate=True, which applies the
+  inverse rotation (in float32) before the cast to `dtype`.
+  """
+  if not isinstance(q, QuantizedArray):
+    raise TypeError(f"dequantize takes a QuantizedArray, got {type(q).__name__}")
+  dtype = jnp.dtype(dtype)
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"dequantize output dtype must be float32, bfloat16 or float16, got {dtype}")
+  if unrotate not in (True, False):
+    raise ValueError(f"unrotate must be a bool, got {unrotate!r}")
+  _check_leaves(q)
+  return _dequantize_leaves(q.data, q.scales, q.tensor_scale, aux=q._aux(), dtype=dtype,
+                            unrotate=bool(unrotate) and q.hadamard is not None)
+
+
+@functools.partial(jax.jit, static_argnames=("aux", "dtype", "unrotate"))
+def _dequantize_leaves(data, scales, tensor_scale, *, aux, dtype, unrotate):
+  fmt, elem_name, shape, axis, block_shape, _, spec = aux
+  kind = _FORMATS[fmt][2]
+  codes = unpack(data, elem_name, shape[axis], axis)
+  if kind == "storage":
+    values = lax.bitcast_convert_type(codes, get_format(elem_name).dtype).astype(jnp.float32)
+  else:
+    elem_bits = sc.bits_of(decode(codes, elem_name))
+    if kind == "tensor":
+      out = sc.f32_mul(elem_bits, sc.bits_of(tensor_scale))
+    elif kind == "mx":
+      exponent = scales.astype(jnp.int32) - E8M0.bias
+      out = sc.ldexp_bits(elem_bits, _expand(exponent, axis, block_shape, shape))
+      nan_block = _expand(scales == jnp.uint8(E8M0.nan_code), axis, block_shape, shape)
+      out = jnp.where(nan_block, _U(0x7FC00000), out)
+    else:
+      factor = sc.nvfp4_block_decode_factor(scales, sc.bits_of(tensor_scale))
+      out = sc.f32_mul(elem_bits, _expand(factor, axis, block_shape, shape))
+    values = sc.float_of(out)
+  if unrotate:
+    values = _rotate(values, spec, axis, inverse=True)
+  return values.astype(dtype)
