@@ -69,6 +69,9 @@ FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
     "mxfp4": ("mxfp4", {}),
     "nvfp4": ("nvfp4", {}),
     "nvfp4_2d": ("nvfp4", {"block_shape": (16, 16)}),
+    # Hadamard-rotated weights (blocks of 32 along k): gemv_packed rotates x the same way
+    # first, and that rotation is part of the timed op.
+    "mxfp4_had32": ("mxfp4", {"hadamard": 32}),
     "f16": ("f16", {}),
     "bf16": ("bf16", {}),
 }
