@@ -202,3 +202,13 @@ def test_missing_ops_fail_clearly(monkeypatch):
   with pytest.raises(SystemExit, match="gemv_packed"):
     bench_gemv.check_fp8lab_api(["pallas"])
   bench_gemv.check_fp8lab_api(["xla_f32"])   # the XLA baselines do not need it
+
+
+def test_max_rel_diff():
+  ref = (np.array([1.0, -4.0, 2.0], np.float32), np.array([8.0, 0.5], np.float32))
+  y = (np.array([1.0, -4.0, 2.5], np.float32), np.array([8.0, 0.25], np.float32))
+  # Copy 0: 0.5 / 4; copy 1: 0.25 / 8; the worst copy counts.
+  assert bench_gemv.max_rel_diff(y, ref) == 0.125
+  assert bench_gemv.max_rel_diff(ref, ref) == 0.0
+  y_nan = (np.array([1.0, np.nan, 2.0], np.float32), ref[1])
+  assert math.isnan(bench_gemv.max_rel_diff(y_nan, ref))
