@@ -129,7 +129,8 @@ def outputs_distinct(outs: Sequence[Any]) -> bool:
 
 
 def count_hlo_ops(hlo_text: str) -> dict[str, int]:
-  """Counts dots, convolutions and custom calls in optimized HLO text.
+  """Counts dots, convolutions, custom calls (a compiled Pallas kernel is one), fusions and
+  while loops in optimized HLO text.
 
   Used to check that the unrolled function kept R copies of the work (a dot may appear inside
   a fusion's body and once more as the fusion's call; the counts are evidence, not exact op
@@ -140,4 +141,6 @@ def count_hlo_ops(hlo_text: str) -> dict[str, int]:
       "convolution": len(re.findall(r"\bconvolution\(", hlo_text)),
       "custom_call": len(re.findall(r"\bcustom-call\(", hlo_text)),
       "fusion": len(re.findall(r"\bfusion\(", hlo_text)),
+      # An interpret-mode Pallas kernel is a while loop over its grid (one per copy).
+      "while": len(re.findall(r"\bwhile\(", hlo_text)),
   }

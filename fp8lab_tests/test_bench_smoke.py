@@ -126,8 +126,12 @@ def test_smoke_pallas_vs_reference(tmp_path):
     assert r["bytes_weights"]["scales"] == exp["scales"]
     assert r["bytes_needed"] == (sum(r["bytes_weights"].values())
                                  + r["batch"] * (300 + 200) * 4)   # float32 x and y
+    if r["op"] == "reference":
+      assert r["hlo_ops"]["dot"] >= r["copies"]
     if r["op"] == "pallas":
       assert r["interpret"] is True
+      # One interpret-mode kernel (a while loop over the grid) per copy.
+      assert r["hlo_ops"]["while"] >= r["copies"]
       # Pallas and reference computed the same products (float32 accumulation in another
       # order only); the bound is the benchmark's coarse alarm, the tests bound it tightly.
       assert 0 <= r["max_rel_diff_vs_reference"] <= doc["settings"]["agree_tol"]
