@@ -235,9 +235,13 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       rounding, hadamard, margin, or a missing key; TypeError: x not float32/bf16/f16.
   """
   fmt = _check_format(fmt)
+  # The dtype is checked before jnp.asarray, which would silently narrow float64 numpy
+  # input to float32 (x64 off), i.e. round twice.
+  dtype = getattr(x, "dtype", None)
+  dtype = jnp.asarray(x).dtype if dtype is None else jnp.dtype(dtype)
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"quantize takes float32, bfloat16 or float16 input, got {dtype}")
   x = jnp.asarray(x)
-  if x.dtype not in INPUT_DTYPES:
-    raise TypeError(f"quantize takes float32, bfloat16 or float16 input, got {x.dtype}")
   if x.ndim == 0:
     raise ValueError("quantize needs an array with at least one axis")
   elem_name, _, kind = _FORMATS[fmt]

@@ -28,6 +28,7 @@ random_bits(key, (n,))[i] is set, the same n signs for every block.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -126,14 +127,19 @@ def inverse_sqrt_bits(block: int) -> np.uint32:
 
 def _butterflies(bits, n: int):
   """Stages h = 1 .. n/2 on the last axis (length n) of uint32 float32 patterns."""
-  lead = bits.shape[:-1]
-  h = 1
-  while h < n:
-    pairs = bits.reshape(lead + (n // (2 * h), 2, h))
-    a, b = pairs[..., 0, :], pairs[..., 1, :]
-    bits = jnp.stack([f32_add(a, b), f32_sub(a, b)], axis=-2).reshape(lead + (n,))
-    h *= 2
-  return bits
+  j = jnp.arange(n, dtype=jnp.int32)
+
+  def stage(i, bits):
+    # Position j pairs with j ^ h: the lower one (bit h clear) gets x_j + x_{j+h}, the upper
+    # one x_{j-h} - x_j, the same pairs and operand order as the docstring's butterfly.
+    h = jnp.left_shift(1, i)
+    low = (j & h) == 0
+    partner = jnp.take(bits, j ^ h, axis=-1)
+    return f32_add(jnp.where(low, bits, partner),
+                   jnp.where(low, partner, bits ^ jnp.uint32(0x80000000)))
+
+  # A loop over the stages: unrolled, XLA:CPU needs seconds to compile the add chains.
+  return lax.fori_loop(0, n.bit_length() - 1, stage, bits)
 
 
 def hadamard(x, block: int, *, signs: Any = None, axis: int = -1,
@@ -153,9 +159,13 @@ def hadamard(x, block: int, *, signs: Any = None, axis: int = -1,
     float32 array of x's shape, computed in the documented order with IEEE float32
     operations (subnormals kept on every backend).
   """
+  # The dtype is checked before jnp.asarray, which would silently narrow float64 numpy
+  # input to float32 (x64 off), i.e. round twice.
+  dtype = getattr(x, "dtype", None)
+  dtype = jnp.asarray(x).dtype if dtype is None else jnp.dtype(dtype)
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"hadamard takes float32, bfloat16 or float16 input, got {dtype}")
   x = jnp.asarray(x)
-  if x.dtype not in INPUT_DTYPES:
-    raise TypeError(f"hadamard takes float32, bfloat16 or float16 input, got {x.dtype}")
   sign_bits = hadamard_signs(block, signs)
   if x.ndim == 0:
     raise ValueError("hadamard needs an array with at least one axis")
@@ -166,8 +176,14 @@ def hadamard(x, block: int, *, signs: Any = None, axis: int = -1,
   if length % block:
     raise ValueError(f"the length {length} of axis {axis} is not a multiple of the Hadamard "
                      f"block {block}")
+  return _rotate(x, sign_bits, block=block, axis=axis, inverse=bool(inverse))
+
+
+@functools.partial(jax.jit, static_argnames=("block", "axis", "inverse"))
+def _rotate(x, sign_bits, *, block: int, axis: int, inverse: bool):
   bits = jnp.moveaxis(bits_of(x), axis, -1)
   lead = bits.shape[:-1]
+  length = bits.shape[-1]
   bits = bits.reshape(lead + (length // block, block))
   scale = inverse_sqrt_bits(block)
   if not inverse:

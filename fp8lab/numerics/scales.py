@@ -25,6 +25,7 @@ is forced explicitly); a block with NaN or +-Inf gets code 0xFF.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -341,8 +342,13 @@ def current_scale(amax, fmt, margin: int = 0) -> jax.Array:
   """Quantization factor of per-tensor current scaling, Transformer Engine's rule:
   scale = fl(fl(fp8_max / amax) / 2^margin) for a finite amax > 0; 1.0 for amax == 0 or a
   non-finite amax; FLT_MAX where the quotient overflows (a tiny amax). float32 scalar."""
-  fmt = get_format(fmt)
-  return float_of(_scale_from_amax_bits(bits_of(amax), fmt, margin, ONE_BITS))
+  return _current_scale(jnp.asarray(amax, jnp.float32), get_format(fmt).name,
+                        _check_margin(margin))
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "margin"))
+def _current_scale(amax, fmt: str, margin: int):
+  return float_of(_scale_from_amax_bits(bits_of(amax), get_format(fmt), margin, ONE_BITS))
 
 
 def _scale_from_amax_bits(amax_bits, fmt: ElementFormat, margin: int, fallback_bits):
