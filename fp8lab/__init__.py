@@ -10,6 +10,7 @@ from fp8lab.numerics.random import random_bits
 from fp8lab.numerics.hadamard import HadamardSpec, hadamard
 from fp8lab.numerics.scales import DelayedScaling, current_scale, tensor_amax
 from fp8lab.quantized import QUANTIZED_FORMATS, QuantizedArray, dequantize, quantize
+from fp8lab.ops import gemv_packed
 
 __version__ = "0.1.0"
 
@@ -18,4 +19,5 @@ __all__ = [
     "encode", "decode", "pack", "unpack", "packed_length", "random_bits",
     "quantize", "dequantize", "QuantizedArray", "QUANTIZED_FORMATS", "hadamard", "HadamardSpec",
     "DelayedScaling", "current_scale", "tensor_amax",
+    "gemv_packed",
 ]

@@ -14,16 +14,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from fp8lab.kernels import gemv as gemv_kernel
+from fp8lab.numerics.hadamard import hadamard
+from fp8lab.quantized import QuantizedArray
 
 __all__ = ["gemv_packed", "IMPLEMENTATIONS"]
 
 IMPLEMENTATIONS = (None, "pallas", "reference")
 _X_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-
-
-def _quantized_array_class():
-  from fp8lab.quantized import QuantizedArray  # the block-format module; imported late
-  return QuantizedArray
 
 
 def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = False):
@@ -58,8 +55,7 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
     ValueError: w is not 2D or not quantized along its last axis; x's last dimension is
       not k; unknown implementation; "pallas" without a GPU and without interpret.
   """
-  qa_cls = _quantized_array_class()
-  if not isinstance(w, qa_cls):
+  if not isinstance(w, QuantizedArray):
     raise TypeError(f"gemv_packed needs a fp8lab.QuantizedArray as w, got {type(w).__name__}")
   if len(w.shape) != 2:
     raise ValueError(f"gemv_packed needs a 2D weight (n_out, k), got shape {w.shape}")
@@ -94,9 +90,8 @@ def _rotate_x(w, x: jax.Array) -> jax.Array:
   """Applies w's Hadamard rotation to x (along its last axis); x unchanged without one."""
   if w.hadamard is None:
     return x
-  x = x.astype(jnp.float32)
-  from fp8lab.quantized import hadamard_for_spec  # noqa: the rotation module's entry point
-  return hadamard_for_spec(x, w.hadamard)
+  spec = w.hadamard
+  return hadamard(x.astype(jnp.float32), spec.block, signs=spec.sign_arg(), axis=-1)
 
 
 def _reference(w, x: jax.Array) -> jax.Array:
