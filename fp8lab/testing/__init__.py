@@ -1,0 +1,45 @@
+"""Public hypothesis strategies for testing code built on fp8lab (needs the "test" extra).
+
+The strategies draw raw bit patterns weighted toward the hard cases of the element formats
+(ties, largest finite +- 1 ulp, the overflow threshold, subnormal edges, NaN payloads of
+both signs, +-Inf, +-0), and valid codes of a format; they compose with
+`hypothesis.extra.numpy` like its own strategies. Example: check that your own e4m3
+conversion agrees with fp8lab on any float32 input::
+
+    import numpy as np
+    from hypothesis import given
+    import fp8lab
+    from fp8lab import testing as fpt
+
+    @given(fpt.bit_pattern_arrays(np.float32, (8, 32), formats="e4m3"))
+    def test_my_cast(x):
+      want = np.asarray(fp8lab.encode(x, "e4m3"))
+      got = my_cast_to_e4m3_codes(x)
+      np.testing.assert_array_equal(got, want)   # uint8 codes: bit for bit
+
+    @given(fpt.code_arrays("e2m1", (16,), allow_nan=False))
+    def test_my_decode(codes): ...
+"""
+
+from fp8lab.testing.elements import (
+    BIT_DTYPES,
+    DEFAULT_FORMATS,
+    bfloat16_bits,
+    bit_pattern_arrays,
+    bits_for,
+    code_arrays,
+    codes,
+    float16_bits,
+    float32_bits,
+    floats_for,
+    hard_bit_patterns,
+)
+
+# --- Strategies for quantized arrays (fp8lab/testing/quantized.py) go here once that module
+# --- exists; re-export its public names below and extend __all__.
+
+__all__ = [
+    "BIT_DTYPES", "DEFAULT_FORMATS", "hard_bit_patterns", "bits_for", "float32_bits",
+    "bfloat16_bits", "float16_bits", "floats_for", "bit_pattern_arrays", "codes",
+    "code_arrays",
+]

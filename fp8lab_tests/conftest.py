@@ -1,0 +1,18 @@
+"""Hypothesis profiles for the test suite, chosen by FP8LAB_HYPOTHESIS_PROFILE.
+
+  ci     (default) 100 examples per test, derandomized so that CI runs are reproducible.
+  heavy  10,000 examples per test, random seeds, for a long local or nightly run:
+         FP8LAB_HYPOTHESIS_PROFILE=heavy pytest fp8lab_tests
+"""
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile(
+    "heavy", max_examples=10_000, deadline=None, print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("FP8LAB_HYPOTHESIS_PROFILE", "ci"))
