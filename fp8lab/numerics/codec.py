@@ -46,7 +46,11 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   """Encodes float values as uint8 codes of an element format.
 
   Args:
-    x: float32, bfloat16 or float16 array of any shape.
+    x: float32, bfloat16 or float16 array of any shape. Any other array dtype (float64
+      included, whatever the x64 setting) raises TypeError. Python scalars and lists go
+      through jnp.asarray (float32 with x64 off, float64 -> TypeError with x64 on). Under
+      jax.jit, jit converts a float64 numpy argument to float32 itself (x64 off) before
+      encode sees it; pass float32 to avoid rounding twice.
     fmt: "e4m3", "e5m2", "e2m1" or "e8m0" (or the ml_dtypes dtype / an ElementFormat).
     saturate: False reproduces ml_dtypes' `x.astype(T).view(uint8)` bit for bit for every
       input: e4m3 overflow (|x| > 464 after rounding) and +-Inf -> NaN 0x7F/0xFF with the
@@ -70,9 +74,14 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   do NOT use this cast: they follow the scale rules of numerics/scales.py.
   """
   f = get_minifloat(fmt)
+  # Check the caller's dtype before jnp.asarray: with x64 off it would silently narrow a
+  # float64 (or int64) numpy array to 32 bits, i.e. round twice.
+  given = getattr(x, "dtype", None)
+  x = jnp.asarray(x) if given is None else x
+  dtype = jnp.dtype(x.dtype)
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"encode takes float32, bfloat16 or float16 input, got {dtype}")
   x = jnp.asarray(x)
-  if x.dtype not in INPUT_DTYPES:
-    raise TypeError(f"encode takes float32, bfloat16 or float16 input, got {x.dtype}")
   if rounding not in ROUNDING_MODES:
     raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
   rbits = None
