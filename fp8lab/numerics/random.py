@@ -60,10 +60,21 @@ def _is_typed_key(key) -> bool:
 def random_bits(key, shape, offset=0) -> jax.Array:
   """uint32 random words for every element of an array of `shape` (see module docstring).
 
-  `offset` is added to the flat index, so a slice of a larger array can draw its own part.
+  `offset` is added to the flat index, so a slice of a larger array can draw its own part:
+  a Python int in [0, 2^64) (the counter i = offset + index is 64 bits wide, x1 = i >> 32),
+  or a traced uint32 scalar (then i < 2^33 and the carry still reaches x1).
   """
   k0, k1 = key_words(key)
   size = int(np.prod(shape, dtype=np.int64))
-  index = jnp.arange(size, dtype=jnp.uint32) + jnp.uint32(offset)
-  bits, _ = threefry2x32(k0, k1, index, jnp.zeros_like(index))
+  if size > 1 << 32:
+    raise ValueError(f"random_bits draws at most 2^32 words per call, got shape {shape}")
+  if isinstance(offset, (int, np.integer)):
+    if not 0 <= offset < 1 << 64:
+      raise ValueError(f"offset must be in [0, 2^64), got {offset}")
+    offset_lo, offset_hi = jnp.uint32(int(offset) & 0xFFFFFFFF), jnp.uint32(int(offset) >> 32)
+  else:
+    offset_lo, offset_hi = jnp.asarray(offset, jnp.uint32), jnp.uint32(0)
+  x0 = jnp.arange(size, dtype=jnp.uint32) + offset_lo          # wraps modulo 2^32
+  x1 = offset_hi + (x0 < offset_lo).astype(jnp.uint32)         # ... and carries into x1
+  bits, _ = threefry2x32(k0, k1, x0, jnp.broadcast_to(x1, x0.shape))
   return bits.reshape(shape)
