@@ -85,12 +85,14 @@ class GemvConfig:
     block_k: uint32 words of K per loop step (power of two; a multiple of the words per
       scale block for block-scaled formats).
     num_warps, num_stages: Triton compiler parameters.
+    prefetch: "fma" path: load the next K step's words before decoding the current one.
   """
   path: str
   block_rows: int
   block_k: int
   num_warps: int = 4
   num_stages: int = 3
+  prefetch: bool = False
 
   def __post_init__(self):
     if self.path not in ("fma", "dot"):
@@ -110,23 +112,15 @@ def _cfg(path, br, bk, nw, ns=3):
 # Tuned launch configurations, per format and batch bucket (the smallest bucket >= the
 # batch applies; the largest bucket above). Data, not code: benchmarks/gpu_tune.py
 # measures candidates on the H200 and these are its winners (see BUILD.md for the run).
+_FMA8 = {1: _cfg("fma", 2, 512, 4), 4: _cfg("fma", 2, 256, 4)}
+_FMA4 = {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4)}
+_DOT = {8: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)}
+_DOT_BLOCKED = {8: _cfg("dot", 64, 32, 4), 64: _cfg("dot", 64, 32, 4)}
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
-    "e4m3":       {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4),
-                   16: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)},
-    "e5m2":       {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4),
-                   16: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)},
-    "mxfp8":      {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4),
-                   16: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)},
-    "mxfp8_e5m2": {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4),
-                   16: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)},
-    "mxfp4":      {1: _cfg("fma", 4, 128, 4), 4: _cfg("fma", 4, 64, 4),
-                   16: _cfg("dot", 64, 32, 4), 64: _cfg("dot", 64, 32, 4)},
-    "nvfp4":      {1: _cfg("fma", 4, 128, 4), 4: _cfg("fma", 4, 64, 4),
-                   16: _cfg("dot", 64, 32, 4), 64: _cfg("dot", 64, 32, 4)},
-    "f16":        {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4),
-                   16: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)},
-    "bf16":       {1: _cfg("fma", 4, 256, 4), 4: _cfg("fma", 4, 128, 4),
-                   16: _cfg("dot", 64, 64, 4), 64: _cfg("dot", 64, 64, 4)},
+    "e4m3": {**_FMA8, **_DOT}, "e5m2": {**_FMA8, **_DOT},
+    "mxfp8": {**_FMA8, **_DOT_BLOCKED}, "mxfp8_e5m2": {**_FMA8, **_DOT_BLOCKED},
+    "mxfp4": {**_FMA4, **_DOT_BLOCKED}, "nvfp4": {**_FMA4, **_DOT_BLOCKED},
+    "f16": {**_FMA8, **_DOT}, "bf16": {**_FMA8, **_DOT},
 }
 
 
@@ -199,27 +193,51 @@ def _next_pow2(n: int) -> int:
   return 1 << max(0, (n - 1).bit_length())
 
 
+_X_PARTS = {jnp.dtype(jnp.float32): 3, jnp.dtype(jnp.float16): 2,
+            jnp.dtype(jnp.bfloat16): 1}
+
+
 def _decode_scales(codes: jax.Array, plan: FormatPlan) -> jax.Array:
   if plan.scale_kind == "e8m0":
     return unpack.e8m0_scale_to_f32(codes)
   return unpack.e4m3_scale_to_f32(codes)
 
 
-def _final_scale(ts_ref, plan: FormatPlan) -> jax.Array:
-  f = jnp.float32(2.0 ** plan.final_scale_log2())
-  if ts_ref is not None:
-    # 2^e * ts is exact (barring overflow), so y gets one rounding from this factor.
-    f = f * ts_ref[0]
-  return f
+def _dot_operand_dtype(plan: FormatPlan):
+  """Tensor-core operand type: float16 holds every float16-route code exactly and, for
+  NVFP4, code * E4M3 scale (<= 2688, >= 2^-10); MX-scaled weights need bfloat16's
+  exponent range; bf16 weights are bfloat16."""
+  if plan.elem.name == "bf16" or plan.scale_kind == "e8m0":
+    return jnp.bfloat16
+  return jnp.float16
+
+
+def _dot_scale_fold_log2(plan: FormatPlan) -> int:
+  """Power of two multiplied into the block scale on the dot path: the NVFP4 scale becomes
+  its true E4M3 value (<= 448, float16 range); MX scales stay 2^(code - 127)."""
+  if plan.scale_kind == "e4m3":
+    return -unpack.f16_route_log2(E4M3)
+  return 0
+
+
+def _interleave(planes: list[jax.Array]) -> jax.Array:
+  """(R, W) planes p_0..p_{n-1} (code i of each word) -> (R, W * n) in element order."""
+  if len(planes) == 1:
+    return planes[0]
+  even = _interleave(planes[0::2])
+  odd = _interleave(planes[1::2])
+  both = jnp.stack([even, odd], axis=-1)
+  return both.reshape(both.shape[:-2] + (both.shape[-2] * 2,))
 
 
 def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, nbk: int,
-                 n_b: int, n_parts: int, w_parts: int):
+                 n_b: int, n_parts: int):
   """Kernel body for both paths; see the module docstring for the arithmetic."""
   it = iter(refs)
   w_ref = next(it)
   s_ref = next(it) if plan.scale_kind else None
   x_ref = next(it)
+  f_ref = next(it)
   ts_ref = next(it) if plan.has_tensor_scale else None
   o_ref = next(it)
 
@@ -234,125 +252,194 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   r0 = pl.program_id(0) * br
   # Clamped rows: every load stays inside W; rows past n_out are computed and dropped.
   rows = jnp.minimum(r0 + lax.iota(jnp.int32, br), n_out - 1)
-  if blocked:
-    tile_cols = (lax.iota(jnp.int32, n_groups)[:, None] * wpb
-                 + lax.iota(jnp.int32, wpb)[None, :])          # (G, wpb)
-    row_off = (rows * kw)[:, None, None]
-    srow_off = ((rows // plan.scale_row_div) * nbk)[:, None]
-  else:
-    tile_cols = lax.iota(jnp.int32, bk)                         # (bk,)
-    row_off = (rows * kw)[:, None]
+  srows = (rows // plan.scale_row_div) * nbk
+  # Built once, outside the K loop, with expand_dims ([:, None]): a reshape inside the
+  # loop makes Triton convert layouts through shared memory at every step.
+  row_off = {1: (rows * kw)[:, None], 2: (rows * kw)[:, None, None]}
+  srow_off = srows[:, None]
 
-  def load_tile(step, masked: bool):
-    k0 = step * bk
-    cols = k0 + tile_cols
-    offs = row_off + cols[None]
+  def load_words(first_word: Any, tile_cols: jax.Array, masked: bool):
+    cols = first_word + tile_cols
+    offs = row_off[cols.ndim] + cols[None]
     if masked:
-      words = plgpu.load(w_ref.at[offs], mask=jnp.broadcast_to(cols[None] < kw, offs.shape),
-                         other=0)
-    else:
-      words = w_ref[offs]
-    scale = None
-    if blocked:
-      gcols = step * n_groups + lax.iota(jnp.int32, n_groups)
-      soffs = srow_off + gcols[None, :]
-      if masked:
-        codes = plgpu.load(s_ref.at[soffs],
-                           mask=jnp.broadcast_to(gcols[None, :] < nbk, soffs.shape), other=0)
-      else:
-        codes = s_ref[soffs]
-      scale = _decode_scales(codes, plan)                       # (br, G)
-    return words, scale
+      return plgpu.load(w_ref.at[offs], mask=jnp.broadcast_to(cols[None] < kw, offs.shape),
+                        other=0)
+    return w_ref[offs]
 
-  def x_slice(step, lead: tuple[int, ...]):
-    if dot_path:
-      return x_ref[(*lead, pl.ds(step * bk, bk), slice(None))]    # (bk, Bp)
-    if blocked:
-      return x_ref[(*lead, pl.ds(step * n_groups, n_groups), slice(None))]   # (G, wpb)
-    return x_ref[(*lead, pl.ds(step * bk, bk))]                    # (bk,)
+  def load_scales(first_group: Any, n: int | None, masked: bool):
+    """Scale codes of groups first_group.. (n of them: (br, n); None: one group, (br,))."""
+    gcols = first_group + (lax.iota(jnp.int32, n) if n else 0)
+    offs = srow_off + gcols if n else srows + gcols
+    if masked:
+      ok = gcols < nbk
+      return plgpu.load(s_ref.at[offs], mask=jnp.broadcast_to(ok, offs.shape), other=0)
+    return s_ref[offs]
 
-  def fma_step(step, carry, masked):
-    accs, flags = carry
-    words, scale = load_tile(step, masked)
+  # ---------------------------------------------------------------- the FMA path
+  if blocked:
+    fma_cols = (lax.iota(jnp.int32, n_groups)[:, None] * wpb
+                + lax.iota(jnp.int32, wpb)[None, :])          # (G, wpb)
+  else:
+    fma_cols = lax.iota(jnp.int32, bk)                          # (bk,)
+
+  def fma_load(step, masked):
+    words = load_words(step * bk, fma_cols, masked)
+    codes = load_scales(step * n_groups, n_groups, masked) if blocked else None
+    return words, codes
+
+  def fma_compute(step, accs, flags, words, codes):
     planes = unpack.decode_planes(words, plan.elem)
+    scale = _decode_scales(codes, plan) if blocked else None
     new_accs = []
     for b in range(n_b):
       if blocked:
         part = None
         for i in range(pw):
-          t = planes[i] * x_slice(step, (b, i))[None]
+          xs = x_ref[b, i, pl.ds(step * n_groups, n_groups), :]        # (G, wpb)
+          t = planes[i] * xs[None]
           part = t if part is None else part + t
         new_accs.append(accs[b] + jnp.sum(part, axis=2) * scale)
       else:
         acc = accs[b]
         for i in range(pw):
-          acc = acc + planes[i] * x_slice(step, (b, i))[None]
+          acc = acc + planes[i] * x_ref[b, i, pl.ds(step * bk, bk)][None]
         new_accs.append(acc)
     if nan_flags:
-      flags = flags | unpack.nan_byte_flags(words, plan.elem)
+      flags = unpack.nan_byte_flags(words, plan.elem, flags)
     return tuple(new_accs), flags
 
-  def to_bf16_parts(w32):
-    if w_parts == 1:
-      return [w32.astype(jnp.bfloat16)]                  # exact: <= 8 significant bits
-    hi = lax.bitcast_convert_type(
-        lax.bitcast_convert_type(w32, jnp.uint32) & _U(0xFFFF0000), jnp.float32)
-    return [hi.astype(jnp.bfloat16), (w32 - hi).astype(jnp.bfloat16)]
+  # ---------------------------------------------------------------- the dot path
+  def dot_accumulate(accs, wt, x_first: Any, length: int, scale):
+    acc_hi, acc_lo = accs
+    for p in range(n_parts):
+      xs = x_ref[p, pl.ds(x_first, length), :]                          # (length, Bp)
+      d = jnp.dot(wt, xs, preferred_element_type=jnp.float32)
+      if scale is not None:
+        d = d * scale[:, None]
+      if p == 0:
+        acc_hi = acc_hi + d
+      else:
+        acc_lo = acc_lo + d
+    return acc_hi, acc_lo
 
-  def dot_step(step, carry, masked):
-    (acc_hi, acc_lo), flags = carry
-    words, scale = load_tile(step, masked)
-    planes = unpack.decode_planes(words, plan.elem)
-    for i in range(pw):
-      w32 = planes[i]
-      if blocked:
-        w32 = (w32 * scale[:, :, None]).reshape(br, bk)
-      for wp, wpart in enumerate(to_bf16_parts(w32)):
-        for p in range(n_parts):
-          d = jnp.dot(wpart, x_slice(step, (p, i)), preferred_element_type=jnp.float32)
-          if wp == 0 and p == 0:
-            acc_hi = acc_hi + d
-          else:
-            acc_lo = acc_lo + d
-    if nan_flags:
-      flags = flags | unpack.nan_byte_flags(words, plan.elem)
-    return (acc_hi, acc_lo), flags
+  def dot_step(step, accs, flags, masked):
+    if blocked:
+      # Block scales go on the weights before the dot, so one dot spans many scale blocks.
+      # The scale codes are gathered per word (2D, like the words: a 3D tile reshaped to
+      # 2D would make Triton convert layouts through shared memory at every step).
+      words = load_words(step * bk, lax.iota(jnp.int32, bk), masked)     # (br, bk)
+      gcols = step * n_groups + lax.iota(jnp.int32, bk) // wpb
+      soffs = srow_off + gcols[None, :]
+      if masked:
+        codes = plgpu.load(s_ref.at[soffs], mask=jnp.broadcast_to(gcols[None, :] < nbk,
+                                                                   soffs.shape), other=0)
+      else:
+        codes = s_ref[soffs]
+      scale = _decode_scales(codes, plan) * jnp.float32(2.0 ** _dot_scale_fold_log2(plan))
+      if _dot_operand_dtype(plan) == jnp.float16:
+        # NVFP4: float16 code (value * 2^-14) times the E4M3 scale's value, in float16:
+        # exact (<= 6 significant bits, >= 2^-24), two products per instruction.
+        s16 = scale.astype(jnp.float16)
+        ws = [p * s16 for p in unpack.decode_planes_16bit(words, plan.elem)]
+      else:
+        # MX: exact float32 products (power-of-two scales), then bfloat16 (exact).
+        ws = [(p * scale).astype(jnp.bfloat16) for p in unpack.decode_planes(words, plan.elem)]
+      wt = _interleave(ws)                                              # (br, bk * pw)
+      accs = dot_accumulate(accs, wt, step * bk * pw, bk * pw, None)
+      if nan_flags:
+        flags = unpack.nan_byte_flags(words, plan.elem, flags)
+    else:
+      words = load_words(step * bk, lax.iota(jnp.int32, bk), masked)  # (br, bk)
+      wt = _interleave(unpack.decode_planes_16bit(words, plan.elem))
+      accs = dot_accumulate(accs, wt, step * bk * pw, bk * pw, None)
+      if nan_flags:
+        flags = unpack.nan_byte_flags(words, plan.elem, flags)
+    return accs, flags
 
-  step_fn = dot_step if dot_path else fma_step
-  tile_shape = (br, n_groups, wpb) if blocked else (br, bk)
+  # ---------------------------------------------------------------- the K loop
+  n_full, tail = divmod(kw, bk)
   if dot_path:
     accs = (jnp.zeros((br, n_b), jnp.float32), jnp.zeros((br, n_b), jnp.float32))
+    # Flags are OR-ed per element across steps and reduced over columns once at the end.
+    flags = jnp.zeros((br, bk), jnp.uint32)
+    if n_full:
+      accs, flags = lax.fori_loop(0, n_full, lambda s, c: dot_step(s, *c, False),
+                                  (accs, flags))
+    if tail:
+      accs, flags = dot_step(n_full, accs, flags, True)
+    if nan_flags:
+      flags = jnp.max((flags & unpack.NAN_FLAG_MASK).reshape(br, -1), axis=1)
   else:
     acc_shape = (br, n_groups) if blocked else (br, bk)
+    tile_shape = (br, n_groups, wpb) if blocked else (br, bk)
     accs = tuple(jnp.zeros(acc_shape, jnp.float32) for _ in range(n_b))
-  flags = jnp.zeros(tile_shape, jnp.uint32) if nan_flags else jnp.zeros((), jnp.uint32)
-  carry = (accs, flags)
+    flags = jnp.zeros(tile_shape, jnp.uint32) if nan_flags else jnp.zeros((), jnp.uint32)
+    if n_full and cfg.prefetch:
+      def body(s, c):
+        accs, flags, words, codes = c
+        nxt = fma_load(jnp.minimum(s + 1, n_full - 1), False)
+        accs, flags = fma_compute(s, accs, flags, words, codes)
+        return (accs, flags) + nxt
+      first = fma_load(0, False)
+      accs, flags, _, _ = lax.fori_loop(0, n_full, body, (accs, flags) + first)
+    elif n_full:
+      accs, flags = lax.fori_loop(
+          0, n_full, lambda s, c: fma_compute(s, *c, *fma_load(s, False)), (accs, flags))
+    if tail:
+      accs, flags = fma_compute(n_full, accs, flags, *fma_load(n_full, True))
+    if nan_flags:
+      flags = jnp.max((flags & unpack.NAN_FLAG_MASK).reshape(br, -1), axis=1)
 
-  n_full, tail = divmod(kw, bk)
-  if n_full:
-    carry = lax.fori_loop(0, n_full, lambda s, c: step_fn(s, c, False), carry)
-  if tail:
-    carry = step_fn(n_full, carry, True)
-  accs, flags = carry
-
-  final = _final_scale(ts_ref, plan)
-  row_nan = None
-  if nan_flags:
-    marked = flags & unpack.NAN_FLAG_MASK
-    row_nan = jnp.max(marked.reshape(br, -1) if blocked else marked, axis=1) != _U(0)
-
+  # ---------------------------------------------------------------- epilogue
+  ts = ts_ref[0] if ts_ref is not None else None
+  row_nan = (flags & unpack.NAN_FLAG_MASK) != _U(0) if nan_flags else None
   if dot_path:
     acc_hi, acc_lo = accs
-    y = jnp.where(jnp.isfinite(acc_hi), acc_hi + acc_lo, acc_hi) * final
+    f = f_ref[...]                                                     # (Bp,)
+    if ts is not None:
+      f = f * ts                     # 2^e * ts: exact, so y gets one rounding from it
+    y = jnp.where(jnp.isfinite(acc_hi), acc_hi + acc_lo, acc_hi) * f[None, :]
     if row_nan is not None:
       y = jnp.where(row_nan[:, None], jnp.float32(jnp.nan), y)
     o_ref[:, pl.ds(r0, br)] = y.T.astype(o_ref.dtype)
   else:
     for b in range(n_b):
-      y = jnp.sum(accs[b], axis=1) * final
+      f = f_ref[b]
+      if ts is not None:
+        f = f * ts
+      y = jnp.sum(accs[b].reshape(br, -1), axis=1) * f
       if row_nan is not None:
         y = jnp.where(row_nan, jnp.float32(jnp.nan), y)
       o_ref[b, pl.ds(r0, br)] = y.astype(o_ref.dtype)
+
+
+def _exp2_exact(n: jax.Array) -> jax.Array:
+  """2^n as float32 for integer n in [-149, 127], built from bits (exact)."""
+  n = n.astype(jnp.int32)
+  normal = lax.bitcast_convert_type((jnp.clip(n, -126, 127) + 127).astype(jnp.uint32)
+                                    << _U(23), jnp.float32)
+  sub = lax.bitcast_convert_type(_U(1) << jnp.clip(n + 149, 0, 22).astype(jnp.uint32),
+                                 jnp.float32)
+  return jnp.where(n >= -126, normal, sub)
+
+
+def _row_exponents(x: jax.Array) -> jax.Array:
+  """floor(log2(max finite |x|)) per row of (rows, k) float32, from the exponent field
+  (subnormal maxima count as -127; an all-zero or non-finite row gives 0)."""
+  a = jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0), axis=-1)
+  e = (lax.bitcast_convert_type(a, jnp.uint32) >> _U(23)).astype(jnp.int32) - 127
+  return jnp.where(a > 0, e, 0)
+
+
+def _scale_pow2(x: jax.Array, s: jax.Array) -> jax.Array:
+  """x * 2^s per row, s up to +-252, in two exact steps (no 2^s overflow)."""
+  s1 = jnp.clip(s // 2, -126, 126)
+  s2 = jnp.clip(s - s1, -126, 126)
+  return x * _exp2_exact(s1)[:, None] * _exp2_exact(s2)[:, None]
+
+
+# Target exponent of max|x| for the dot path's float16 parts: max in [2^14, 2^15) < 65504.
+_F16_X_EXP = 14
 
 
 def split_bf16_parts(x: jax.Array, n_parts: int) -> jax.Array:
@@ -377,8 +464,17 @@ def split_bf16_parts(x: jax.Array, n_parts: int) -> jax.Array:
   return jnp.stack(parts)
 
 
-_X_PARTS = {jnp.dtype(jnp.float32): 3, jnp.dtype(jnp.float16): 2,
-            jnp.dtype(jnp.bfloat16): 1}
+def split_f16_parts(x: jax.Array) -> jax.Array:
+  """Splits float32 x (|x| < 2^15) into float16 hi + lo (stacked on axis 0).
+
+  hi = x truncated to 11 significant bits (a float16 value when |x| >= 2^-14), lo = the
+  float16 rounding of the exact remainder: |hi + lo - x| <= 2^-22 |x|, or <= 2^-25 when
+  |x| < 2^-14 (float16 subnormals). Cut by masking bits, not by a float round trip that
+  XLA may elide (NUMERICS.md section 9).
+  """
+  hi = lax.bitcast_convert_type(lax.bitcast_convert_type(x, jnp.uint32) & _U(0xFFFFE000),
+                                jnp.float32)
+  return jnp.stack([hi.astype(jnp.float16), (x - hi).astype(jnp.float16)])
 
 
 def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) -> GemvConfig:
@@ -390,6 +486,43 @@ def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) ->
   if bk % wpb:
     raise ValueError(f"block_k={bk} is not a multiple of the {wpb} words per scale block")
   return dataclasses.replace(cfg, block_rows=br, block_k=bk)
+
+
+def _prep_x_fma(x: jax.Array, plan: FormatPlan, kw_pad: int):
+  """x planes (B, pw, kw_pad[/wpb, wpb]) float32 and the per-row factor 2^fold."""
+  n_b, k = x.shape
+  pw = plan.per_word
+  x32 = x.astype(jnp.float32)
+  s = jnp.zeros((n_b,), jnp.int32)
+  fold = -unpack.f16_route_log2(plan.elem)
+  if plan.scale_kind == "e4m3":
+    fold -= unpack.f16_route_log2(E4M3)
+  xp = jnp.pad(x32, ((0, 0), (0, kw_pad * pw - k))).reshape(n_b, kw_pad, pw)
+  xin = jnp.transpose(xp, (0, 2, 1))                            # (B, pw, kw_pad)
+  if plan.scale_kind:
+    wpb = plan.words_per_block
+    xin = xin.reshape(n_b, pw, kw_pad // wpb, wpb)
+  return xin, _exp2_exact(fold - s)
+
+
+def _prep_x_dot(x: jax.Array, plan: FormatPlan, kw_pad: int, bp: int):
+  """x parts (P, kw_pad * pw, Bp) as tensor-core operands, and the column factor."""
+  n_b, k = x.shape
+  pw = plan.per_word
+  x32 = jnp.pad(x.astype(jnp.float32), ((0, bp - n_b), (0, kw_pad * pw - k)))
+  fold = -unpack.f16_route_log2(plan.elem) - _dot_scale_fold_log2(plan)
+  if plan.scale_kind == "e4m3":
+    fold -= unpack.f16_route_log2(E4M3)
+  if _dot_operand_dtype(plan) == jnp.bfloat16:
+    parts = split_bf16_parts(x32, _X_PARTS[jnp.dtype(x.dtype)])
+    s = jnp.zeros((bp,), jnp.int32)
+  elif jnp.dtype(x.dtype) == jnp.float16:
+    parts = x32.astype(jnp.float16)[None]                      # exact, one part
+    s = jnp.zeros((bp,), jnp.int32)
+  else:
+    s = _F16_X_EXP - _row_exponents(x32)
+    parts = split_f16_parts(_scale_pow2(x32, s))
+  return jnp.transpose(parts, (0, 2, 1)), _exp2_exact(fold - s)
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "n_out", "k", "config", "interpret"))
@@ -413,7 +546,6 @@ def gemv_pallas(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   """
   n_b = x.shape[0]
   kw = data.shape[1]
-  pw = plan.per_word
   cfg = config if config is not None else gemv_config(plan.format, n_b)
   cfg = _effective_config(cfg, plan, n_out, kw)
   br, bk = cfg.block_rows, cfg.block_k
@@ -422,37 +554,27 @@ def gemv_pallas(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if n_out * kw >= 2**31:
     raise ValueError("W has more than 2^31 words; the kernel uses int32 offsets")
 
-  # x planes: x_plane[i, j] = x[pw * j + i], zero padded to kw_pad words.
-  xp = jnp.pad(x.astype(jnp.float32), ((0, 0), (0, kw_pad * pw - k)))
-  xp = xp.reshape(n_b, kw_pad, pw)
-  n_parts = w_parts = 1
   if cfg.path == "dot":
-    n_parts = _X_PARTS[jnp.dtype(x.dtype)]
-    w_parts = 2 if plan.elem.name == "f16" else 1
     bp = max(16, _next_pow2(n_b))
-    xp = jnp.pad(xp, ((0, bp - n_b), (0, 0), (0, 0)))
-    xp = jnp.transpose(xp, (2, 1, 0))                        # (pw, kw_pad, Bp)
-    xin = split_bf16_parts(xp, n_parts)                      # (P, pw, kw_pad, Bp)
-    out_rows = bp
+    xin, factor = _prep_x_dot(x, plan, kw_pad, bp)
+    n_parts = xin.shape[0]
+    out_rows = n_acc = bp
   else:
-    xin = jnp.transpose(xp, (0, 2, 1))                       # (B, pw, kw_pad)
-    if plan.scale_kind:
-      wpb = plan.words_per_block
-      xin = xin.reshape(n_b, pw, kw_pad // wpb, wpb)
-    out_rows = n_b
+    xin, factor = _prep_x_fma(x, plan, kw_pad)
+    n_parts = 1
+    out_rows = n_acc = n_b
 
   operands = [data.reshape(-1)]
   nbk = 0
   if plan.scale_kind:
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
-  operands.append(xin)
+  operands += [xin, factor]
   if plan.has_tensor_scale:
     operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
 
   kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
-                             n_b=(out_rows if cfg.path == "dot" else n_b), n_parts=n_parts,
-                             w_parts=w_parts)
+                             n_b=n_acc, n_parts=n_parts)
   out = pl.pallas_call(
       kernel,
       out_shape=jax.ShapeDtypeStruct((out_rows, n_prog * br), x.dtype),

@@ -37,6 +37,7 @@ import numpy as np
 from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "f16_halves_to_f32", "decode_planes",
+           "decode_planes_16bit",
            "nan_byte_flags", "NAN_FLAG_MASK", "needs_nan_flags", "e8m0_scale_to_f32",
            "e4m3_scale_to_f32"]
 
@@ -124,22 +125,45 @@ def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
   return planes  # type: ignore[return-value]
 
 
+def decode_planes_16bit(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
+  """Plane i = code i of each word as float16 (minifloats: value * 2^f16_route_log2(fmt),
+  e4m3 NaN codes finite) or, for "bf16" words, as bfloat16; no float arithmetic at all.
+  For tensor-core operands."""
+  if fmt is BF16:
+    to16 = lambda h: lax.bitcast_convert_type(h, jnp.bfloat16)
+    return [to16((words & _U(0xFFFF)).astype(jnp.uint16)), to16((words >> _U(16)).astype(jnp.uint16))]
+  to16 = lambda h: lax.bitcast_convert_type(h, jnp.float16)
+  if fmt is F16:
+    return [to16((words & _U(0xFFFF)).astype(jnp.uint16)), to16((words >> _U(16)).astype(jnp.uint16))]
+  half = fmt.per_word // 2
+  planes: list[jax.Array | None] = [None] * fmt.per_word
+  for pair in range(half):
+    pb = f16_pair_bits(words, fmt, pair)
+    planes[pair] = to16((pb & _U(0xFFFF)).astype(jnp.uint16))
+    planes[pair + half] = to16((pb >> _U(16)).astype(jnp.uint16))
+  return planes  # type: ignore[return-value]
+
+
 def needs_nan_flags(fmt: ElementFormat) -> bool:
   """Whether the float16 route maps some NaN codes of `fmt` to finite values (e4m3)."""
   return fmt.minifloat and bool(fmt.nan_codes) and fmt.exponent_bits < F16.exponent_bits
 
 
-def nan_byte_flags(words: jax.Array, fmt: ElementFormat) -> jax.Array:
-  """Per-word NaN marks: bit 7 of byte j is set iff byte j is a NaN code of `fmt`.
+def nan_byte_flags(words: jax.Array, fmt: ElementFormat, acc: jax.Array | None = None
+                   ) -> jax.Array:
+  """OR-accumulated NaN marks: bit 7 of byte j of the result is set if byte j of some word
+  is a NaN code of `fmt` (test with NAN_FLAG_MASK at the end; the other bits are junk).
 
-  For 8-bit formats whose only NaN magnitude is all-ones (e4m3: 0x7F / 0xFF). Adding 1 to
-  the 7-bit magnitude of each byte carries into bit 7 exactly when it is 0x7F, and never
-  into the next byte. OR the results over a row and test with NAN_FLAG_MASK at the end
-  (the other bits of the sum are junk by design: one AND at the end instead of per word).
+  For 8-bit formats whose NaN magnitude is all-ones (e4m3: 0x7F / 0xFF). Adding 1 to a
+  byte flips its bit 7 exactly for 0x7F (-> 0x80) and 0xFF (-> 0x00, carrying out), so
+  bit 7 of (w + 0x01010101) ^ w marks the NaN bytes. A carry out of a 0xFF byte can mark
+  the byte above it as well, but only in a word that holds a NaN, so a row's verdict (any
+  NaN?) is exact. Two integer ops per word (an add, and one 3-input logic op with `acc`).
   """
   mag_max = (1 << (fmt.bits - 1)) - 1
   assert fmt.bits == 8 and {c & mag_max for c in fmt.nan_codes} == {mag_max}, fmt
-  return (words & _U(0x7F7F7F7F)) + _U(0x01010101)
+  marks = (words + _U(0x01010101)) ^ words
+  return marks if acc is None else acc | marks
 
 
 def e8m0_scale_to_f32(codes: jax.Array) -> jax.Array:
