@@ -29,7 +29,8 @@ class ElementFormat:
     bias: exponent bias.
     signed: whether the format has a sign bit (e8m0 does not).
     has_inf: whether an infinity encoding exists (e5m2, f16, bf16).
-    nan_codes: every code that decodes to NaN (magnitude codes ORed with the sign bit).
+    nan_codes: every code that decodes to NaN (magnitude codes ORed with the sign bit);
+      listed for the minifloats only, empty for the storage formats f16/bf16.
     nan_code: the magnitude code a NaN input encodes to (ml_dtypes' quiet NaN); None for
       e2m1, which has no NaN (see numerics/codec.py for what ml_dtypes does instead).
     max_code: magnitude code of the largest finite value.
@@ -77,8 +78,12 @@ class ElementFormat:
 
   @property
   def emin(self) -> int:
-    """Unbiased exponent of the smallest normal."""
-    return 1 - self.bias
+    """Unbiased exponent of the smallest normal.
+
+    With mantissa bits, exponent field 0 holds the subnormals and the smallest normal has
+    field 1 (1 - bias); e8m0 has no mantissa and no subnormals, so field 0 is 2^-bias.
+    """
+    return 1 - self.bias if self.mantissa_bits else -self.bias
 
   def __repr__(self) -> str:
     return f"ElementFormat({self.name!r})"

@@ -32,12 +32,7 @@ def test_descriptor_matches_finfo(f):
   assert f.bias == (-fi.minexp if f.name == "e8m0" else 1 - fi.minexp)
 
 
-@pytest.mark.parametrize("f", [
-    *[f for f in ALL if f.name != "e8m0"],
-    pytest.param(formats.E8M0, marks=pytest.mark.xfail(
-        strict=True, reason="ElementFormat.emin is 1 - bias (-126) for e8m0, but its smallest "
-        "normal, code 0x00, is 2^-127; the codec does not use emin for e8m0")),
-], ids=lambda f: f.name)
+@pytest.mark.parametrize("f", ALL, ids=lambda f: f.name)
 def test_emin_is_exponent_of_smallest_normal(f):
   assert 2.0 ** f.emin == f.min_normal
 
