@@ -221,9 +221,11 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       rounds to 0 has enc_b = FLT_MAX and dequantizes to zeros.
     e4m3/e5m2: scale = `scales.current_scale(tensor_amax(x), fmt, margin)` unless given
       (amax over finite values; 1.0 for an all-zero or all-non-finite tensor; FLT_MAX when
-      fp8_max / amax overflows); codes = saturating encoding of fl(x * scale): NaN stays
-      NaN, +-Inf and overflow become +-max finite (also for e5m2); tensor_scale =
-      fl(1 / scale).
+      fp8_max / amax overflows); codes = saturating encoding of fl(x * scale): +-Inf and
+      overflow become +-max finite (also for e5m2); a NaN becomes the POSITIVE NaN code
+      (e4m3 0x7F, e5m2 0x7E) whatever its sign, because the float32 product yields the
+      canonical NaN, as on NVIDIA GPUs; tensor_scale = fl(1 / scale). A zero tensor gives
+      zero codes (-0 keeps its sign) and tensor_scale 1.
     f16/bf16: the nearest-even cast of x (float16 overflow -> +-Inf; an input of the target
       dtype keeps its exact bits), two per word, no scale.
 
@@ -405,7 +407,9 @@ def dequantize(q: QuantizedArray, dtype=jnp.float32, *, unrotate: bool = False) 
   bfloat16 or float16) by a nearest-even cast:
     e4m3/e5m2: fl(decode(code) * tensor_scale).
     MX: decode(code) * 2^(scale_code - 127), exact (subnormal results included); scale code
-      0xFF makes the whole block NaN.
+      0xFF makes the whole block NaN. A value of 2^128 or more becomes +-Inf: with "ceil",
+      "even" or "rceil" a block whose amax is within an element rounding of 2^128 can
+      round up to it (floor cannot).
     nvfp4: fl(decode(code) * fl(decode_e4m3(scale_code) * S_dec)); an E4M3 NaN scale makes
       the block NaN.
     f16/bf16: the stored values.
