@@ -1,0 +1,421 @@
+"""Tests of fp8lab.gemv_packed and its Pallas kernel (fp8lab/kernels/gemv.py, unpack.py).
+
+Default (CPU): the kernel runs in Pallas interpret mode on tiny odd shapes. With
+FP8LAB_GPU_TESTS=1 on a GPU the same tests run the compiled kernel on larger shapes, plus
+the tests marked `gpu` (determinism across runs). Expected values never come from the
+kernel: they come from the golden model (fp8lab.dequantize, fp8lab.decode) and from float64
+products computed here with numpy.
+
+Tolerances. Where weights and x are small integers (times powers of two) every product and
+every partial sum is an integer below 2^24, exact in float32 in any order, so the kernel must
+match the reference path bit for bit. Elsewhere the error bound against the float64 product
+of the dequantized weights is derived from the kernel's order of operations
+(fp8lab/kernels/gemv.py docstring), with u = 2^-24:
+  * each product w * x is exact in the FMA (CUDA-core path), or exact apart from the
+    representation of x by float16 / bfloat16 parts, |x - sum(parts)| <= 2^-22 |x| = 4u|x|
+    (tensor-core path);
+  * k float32 additions in any order add at most (k - 1) u sum|w x| (first order);
+  * the final scale factors (exact powers of two times the tensor scale) round once: u |y|;
+  * the reference's own rounding of each dequantized weight (NVFP4: code * fl(s * S_dec),
+    two roundings) moves the "exact" product by at most 2u sum|w x|;
+so |y - y64| <= (k + 7) u sum|w x| + u |y64|. Tensor cores accumulate float32 with
+truncation instead of rounding to nearest, which at most doubles the addition term: we test
+|y - y64| <= 2 (k + 8) u sum|w x| + u_out (|y64| + that), u_out being the unit roundoff of
+x's dtype (the result is rounded to it once at the end).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8lab
+from fp8lab.formats import get_format
+from fp8lab.kernels import gemv as G
+from fp8lab.kernels import unpack as U
+from fp8lab.quantized import QuantizedArray
+
+warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
+warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
+
+ON_GPU = os.environ.get("FP8LAB_GPU_TESTS") == "1"
+if ON_GPU and jax.default_backend() != "gpu":
+  raise RuntimeError("FP8LAB_GPU_TESTS=1 but JAX has no GPU backend")
+INTERPRET = not ON_GPU
+# (n_out, k): odd sizes, so that row blocks and the K tail are partial and k is not a
+# multiple of the codes per word nor of the scale block.
+SHAPE = (1000, 4100) if ON_GPU else (37, 100)
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs FP8LAB_GPU_TESTS=1 on a GPU")
+
+# name -> (quantize format, element format, block_shape)
+FORMATS = {
+    "e4m3": ("e4m3", "e4m3", None), "e5m2": ("e5m2", "e5m2", None),
+    "mxfp8": ("mxfp8", "e4m3", (32,)), "mxfp8_e5m2": ("mxfp8_e5m2", "e5m2", (32,)),
+    "mxfp4": ("mxfp4", "e2m1", (32,)), "nvfp4": ("nvfp4", "e2m1", (16,)),
+    "nvfp4_2d": ("nvfp4", "e2m1", (16, 16)), "f16": ("f16", "f16", None),
+    "bf16": ("bf16", "bf16", None),
+}
+X_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+U_OUT = {jnp.dtype(jnp.float32): 2.0**-24, jnp.dtype(jnp.bfloat16): 2.0**-8,
+         jnp.dtype(jnp.float16): 2.0**-11}
+
+
+def _gemv(w, x, **kw):
+  return fp8lab.gemv_packed(w, x, implementation="pallas", interpret=INTERPRET, **kw)
+
+
+def _bits(a) -> np.ndarray:
+  a = np.asarray(a)
+  return a.view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
+
+
+def _integer_weight(name: str, n: int, k: int, rng, nan_row: int | None = None):
+  """A QuantizedArray whose dequantized values are small integers times powers of two,
+  built from codes (not by the quantizer), with its float64 dequantization."""
+  fmt, elem_name, block = FORMATS[name]
+  elem = get_format(elem_name)
+  vals = rng.integers(-4, 5, (n, k)).astype(np.float32)
+  if elem.bits == 16:
+    codes = jnp.asarray(vals.astype(elem.dtype))
+  else:
+    codes = fp8lab.encode(jnp.asarray(vals), elem)
+    if nan_row is not None and elem.nan_codes:
+      codes = codes.at[nan_row, k // 2].set(elem.nan_codes[-1])
+  deq = vals.astype(np.float64)
+  if nan_row is not None and elem.nan_codes:
+    deq[nan_row, k // 2] = np.nan
+  scales = tensor_scale = None
+  scale_mode = None
+  if fmt in ("e4m3", "e5m2"):
+    tensor_scale = jnp.float32(2.0)
+    deq = deq * 2.0
+  elif fmt.startswith("mx"):
+    e = rng.integers(0, 2, (n, -(-k // 32)))
+    codes_s = (127 + e).astype(np.uint8)
+    if nan_row is not None:
+      codes_s[nan_row, 0] = 0xFF
+    scales = jnp.asarray(codes_s)
+    mult = np.repeat(2.0 ** e, 32, axis=1)[:, :k]
+    if nan_row is not None:
+      mult[nan_row, :32] = np.nan
+    deq = deq * mult
+    scale_mode = "floor"
+  elif fmt == "nvfp4":
+    rows = -(-n // 16) if block == (16, 16) else n
+    sv = rng.integers(0, 2, (rows, -(-k // 16))).astype(np.float32) + 1.0   # 1 or 2
+    codes_s = np.array(fp8lab.encode(jnp.asarray(sv), "e4m3"))
+    if nan_row is not None:
+      codes_s[nan_row // (16 if block == (16, 16) else 1), 0] = 0x7F
+      sv[nan_row // (16 if block == (16, 16) else 1), 0] = np.nan
+    scales = jnp.asarray(codes_s)
+    tensor_scale = jnp.float32(0.5)
+    full = np.repeat(sv, 16, axis=1)
+    if block == (16, 16):
+      full = np.repeat(full, 16, axis=0)
+    deq = deq * full[:n, :k] * 0.5
+  w = QuantizedArray(fp8lab.pack(codes, elem), scales, tensor_scale, format=fmt,
+                     element_format=elem_name, shape=(n, k), axis=1, block_shape=block,
+                     scale_mode=scale_mode, hadamard=None)
+  return w, deq
+
+
+# ------------------------------------------------------------------ unpack helpers
+
+@pytest.mark.parametrize("elem_name", ["e4m3", "e5m2", "e2m1"])
+def test_decode_planes_every_code_every_position(elem_name):
+  """The float16 route gives value * 2^f16_route_log2 for every code at every position of a
+  word (NaN codes: flagged instead), bit for bit against the golden decode."""
+  f = get_format(elem_name)
+  codes = np.arange(1 << f.bits, dtype=np.uint8)
+  grid = np.stack([np.roll(codes, s) for s in range(f.per_word)], axis=1).reshape(-1)
+  words = fp8lab.pack(jnp.asarray(grid), f)
+  planes = [np.asarray(p) for p in U.decode_planes(words, f)]
+  planes16 = [np.asarray(p.astype(jnp.float32)) for p in U.decode_planes_16bit(words, f)]
+  got = np.stack(planes, -1).reshape(-1) * np.float32(2.0 ** -U.f16_route_log2(f))
+  got16 = np.stack(planes16, -1).reshape(-1) * np.float32(2.0 ** -U.f16_route_log2(f))
+  want = np.asarray(fp8lab.decode(jnp.asarray(grid), f, jnp.float32))
+  nan = np.isnan(want)
+  if U.needs_nan_flags(f):
+    flagged = (np.asarray(U.nan_byte_flags(words, f)) & U.NAN_FLAG_MASK) != 0
+    np.testing.assert_array_equal(flagged, nan.reshape(-1, f.per_word).any(axis=1))
+    keep = ~nan
+  else:
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    keep = ~nan
+  np.testing.assert_array_equal(_bits(got[keep]), _bits(want[keep]))
+  np.testing.assert_array_equal(_bits(got16[keep]), _bits(want[keep]))
+
+
+def test_nan_byte_flags_every_byte_pair():
+  """Word verdict of the carry trick over all 2^16 low-byte pairs (high half mirrored)."""
+  a = np.arange(1 << 16, dtype=np.uint32)
+  words = a | (a << 16)
+  flags = np.asarray(U.nan_byte_flags(jnp.asarray(words), get_format("e4m3")))
+  bytes_ = np.stack([(words >> (8 * i)) & 0x7F for i in range(4)], axis=1)
+  np.testing.assert_array_equal((flags & U.NAN_FLAG_MASK) != 0, (bytes_ == 0x7F).any(axis=1))
+
+
+@pytest.mark.parametrize("kind", ["e8m0", "e4m3"])
+def test_scale_decoders_every_code(kind):
+  c = jnp.arange(256, dtype=jnp.uint8)
+  want = np.asarray(fp8lab.decode(c, kind, jnp.float32))
+  if kind == "e8m0":
+    got = np.asarray(U.e8m0_scale_to_f32(c))
+  else:
+    got = np.asarray(U.e4m3_scale_to_f32(c)) * np.float32(2.0 ** -U.f16_route_log2(
+        get_format("e4m3")))
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  ok = ~np.isnan(want)
+  np.testing.assert_array_equal(_bits(got[ok]), _bits(want[ok]))
+
+
+# ------------------------------------------------------------------ exact agreement
+
+# Batches 1..64 and the three x dtypes spread over the formats (interpret mode is slow):
+# 1-4 take the CUDA-core path, 5+ the tensor-core path.
+_EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3])
+                for i, name in enumerate(FORMATS)
+                for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4") else 5))]
+
+
+@pytest.mark.parametrize("name,batch,xdt", _EXACT_CASES)
+def test_exact_on_small_integers(name, batch, xdt):
+  rng = np.random.default_rng(hash((name, batch)) % 2**32)
+  n, k = SHAPE
+  w, deq = _integer_weight(name, n, k, rng)
+  xv = rng.integers(-3, 4, (batch, k)).astype(np.float32)
+  x = jnp.asarray(xv).astype(xdt)
+  y = _gemv(w, x)
+  ref = fp8lab.gemv_packed(w, x, implementation="reference")
+  assert y.shape == (batch, n) and y.dtype == x.dtype
+  np.testing.assert_array_equal(_bits(y), _bits(ref))
+  # The reference itself against an independent float64 product, rounded like it.
+  want = (xv.astype(np.float64) @ deq.T).astype(np.float32).astype(x.dtype)
+  np.testing.assert_array_equal(_bits(y), _bits(want))
+
+
+# ------------------------------------------------------------------ random data
+
+def _bound(xv: np.ndarray, deq: np.ndarray, xdt) -> tuple[np.ndarray, np.ndarray]:
+  u = 2.0**-24
+  k = xv.shape[-1]
+  y64 = xv @ deq.T
+  acc = 2 * (k + 8) * u * (np.abs(xv) @ np.abs(deq).T)
+  return y64, acc + U_OUT[jnp.dtype(xdt)] * (np.abs(y64) + acc)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+@pytest.mark.parametrize("batch,xdt", [(1, jnp.float32), (2, jnp.bfloat16),
+                                       (33, jnp.float32), (8, jnp.float16)])
+def test_random_within_float32_bound(name, batch, xdt):
+  fmt, _, block = FORMATS[name]
+  key = jax.random.key(hash((name, batch)) % 2**31)
+  kw, kx = jax.random.split(key)
+  n, k = SHAPE
+  wf = jax.random.normal(kw, (n, k), jnp.float32) * 3.0
+  kwargs = {"block_shape": block} if block == (16, 16) else {}
+  w = fp8lab.quantize(wf, fmt, **kwargs)
+  x = (jax.random.normal(kx, (batch, k), jnp.float32) * 2.0).astype(xdt)
+  y = np.asarray(_gemv(w, x).astype(jnp.float32), np.float64)
+  deq = np.asarray(fp8lab.dequantize(w), np.float64)
+  y64, bound = _bound(np.asarray(x.astype(jnp.float32), np.float64), deq, xdt)
+  assert np.isfinite(y).all()
+  err = np.abs(y - y64)
+  assert (err <= bound).all(), f"max err/bound {np.max(err / bound):.3f}"
+
+
+def test_hadamard_rotated_weights():
+  key = jax.random.key(3)
+  n, k = (SHAPE[0], 256 if not ON_GPU else 4096)
+  wf = jax.random.normal(key, (n, k), jnp.float32)
+  w = fp8lab.quantize(wf, "mxfp4", hadamard=32)
+  x = jax.random.normal(jax.random.key(4), (3, k), jnp.float32)
+  y = np.asarray(_gemv(w, x), np.float64)
+  # The rotation is orthogonal: x_rot @ W_rot^T == x @ W^T with W = the unrotated weights.
+  deq = np.asarray(fp8lab.dequantize(w, unrotate=True), np.float64)
+  xr = np.asarray(fp8lab.hadamard(x, 32), np.float64)
+  y64, bound = _bound(xr, np.asarray(fp8lab.dequantize(w), np.float64), jnp.float32)
+  assert (np.abs(y - y64) <= bound).all()
+  np.testing.assert_allclose(y, np.asarray(x, np.float64) @ deq.T, rtol=1e-4, atol=1e-3)
+
+
+# ------------------------------------------------------------------ NaN and padding
+
+@pytest.mark.parametrize("name", ["e4m3", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d"])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_nan_weights_make_their_row_nan_and_nothing_else(name, batch):
+  rng = np.random.default_rng(7)
+  n, k = SHAPE
+  nan_row = 5
+  w, deq = _integer_weight(name, n, k, rng, nan_row=nan_row)
+  xv = rng.integers(-3, 4, (batch, k)).astype(np.float32)
+  y = np.asarray(_gemv(w, jnp.asarray(xv)))
+  bad_rows = np.isnan(deq).any(axis=1)
+  assert bad_rows[nan_row]
+  np.testing.assert_array_equal(np.isnan(y), np.broadcast_to(bad_rows, y.shape))
+  good = ~bad_rows
+  np.testing.assert_array_equal(y[:, good], (xv.astype(np.float64) @ deq[good].T))
+
+
+def test_e5m2_inf_weight_gives_inf_not_nan_on_both_paths():
+  rng = np.random.default_rng(8)
+  n, k = SHAPE
+  w, deq = _integer_weight("e5m2", n, k, rng)
+  codes = np.array(w.codes())
+  codes[2, 3] = 0x7C                                       # +Inf
+  w = QuantizedArray(fp8lab.pack(jnp.asarray(codes), "e5m2"), None, w.tensor_scale,
+                     format="e5m2", element_format="e5m2", shape=(n, k), axis=1,
+                     block_shape=None, scale_mode=None, hadamard=None)
+  for batch in (1, 16):
+    xv = np.ones((batch, k), np.float32)
+    y = np.asarray(_gemv(w, jnp.asarray(xv)))
+    ref = np.asarray(fp8lab.gemv_packed(w, jnp.asarray(xv), implementation="reference"))
+    assert np.isposinf(y[:, 2]).all()
+    np.testing.assert_array_equal(_bits(y), _bits(ref))
+
+
+# ------------------------------------------------------------------ transformations
+
+def test_vector_and_leading_batch_dims():
+  rng = np.random.default_rng(9)
+  n, k = SHAPE
+  w, _ = _integer_weight("e4m3", n, k, rng)
+  x = jnp.asarray(rng.integers(-3, 4, (2, 3, k)).astype(np.float32))
+  y = _gemv(w, x)
+  assert y.shape == (2, 3, n)
+  np.testing.assert_array_equal(_bits(y[1, 2]), _bits(_gemv(w, x[1, 2])))
+  np.testing.assert_array_equal(_bits(y.reshape(6, n)), _bits(_gemv(w, x.reshape(6, k))))
+
+
+def test_jit_and_vmap_over_x():
+  rng = np.random.default_rng(10)
+  n, k = SHAPE
+  w, _ = _integer_weight("mxfp4", n, k, rng)
+  x = jnp.asarray(rng.integers(-3, 4, (4, 2, k)).astype(np.float32))
+  eager = _gemv(w, x)
+  jitted = jax.jit(functools.partial(fp8lab.gemv_packed, implementation="pallas",
+                                     interpret=INTERPRET))(w, x)
+  vmapped = jax.vmap(lambda xx: _gemv(w, xx))(x)
+  np.testing.assert_array_equal(_bits(jitted), _bits(eager))
+  np.testing.assert_array_equal(_bits(vmapped), _bits(eager))
+  # jax.jit of the op itself (default implementation: the kernel on a GPU, else reference).
+  direct = jax.jit(fp8lab.gemv_packed)(w, x)
+  np.testing.assert_array_equal(_bits(direct), _bits(eager))
+
+
+def test_grad_wrt_x_matches_reference_grad():
+  key = jax.random.key(11)
+  n, k = SHAPE
+  w = fp8lab.quantize(jax.random.normal(key, (n, k), jnp.float32), "nvfp4")
+  x = jax.random.normal(jax.random.key(12), (3, k), jnp.float32)
+  cot = jax.random.normal(jax.random.key(13), (3, n), jnp.float32)
+  g = jax.grad(lambda xx: jnp.sum(_gemv(w, xx) * cot))(x)
+  g_ref = jax.grad(lambda xx: jnp.sum(
+      fp8lab.gemv_packed(w, xx, implementation="reference") * cot))(x)
+  want = np.asarray(cot, np.float64) @ np.asarray(fp8lab.dequantize(w), np.float64)
+  np.testing.assert_array_equal(_bits(g), _bits(g_ref))
+  np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-4 * np.abs(want).max())
+
+
+# ------------------------------------------------------------------ errors
+
+def test_errors_before_tracing():
+  w = fp8lab.quantize(jnp.ones((8, 64)), "e4m3")
+  x = jnp.ones((64,), jnp.float32)
+  with pytest.raises(TypeError, match="QuantizedArray"):
+    fp8lab.gemv_packed(jnp.ones((8, 64)), x)
+  with pytest.raises(ValueError, match="2D"):
+    fp8lab.gemv_packed(fp8lab.quantize(jnp.ones((2, 8, 64)), "e4m3"), x)
+  with pytest.raises(ValueError, match="last axis"):
+    fp8lab.gemv_packed(fp8lab.quantize(jnp.ones((8, 64)), "e4m3", axis=0), jnp.ones((64,)))
+  with pytest.raises(ValueError, match="k=64"):
+    fp8lab.gemv_packed(w, jnp.ones((3, 65)))
+  with pytest.raises(TypeError, match="float32"):
+    fp8lab.gemv_packed(w, jnp.ones((64,), jnp.int32))
+  with pytest.raises(ValueError, match="implementation"):
+    fp8lab.gemv_packed(w, x, implementation="triton")
+  with pytest.raises(ValueError, match="interpret"):
+    fp8lab.gemv_packed(w, x, implementation="reference", interpret=True)
+  if jax.default_backend() != "gpu":
+    with pytest.raises(ValueError, match="GPU"):
+      fp8lab.gemv_packed(w, x, implementation="pallas")
+  with pytest.raises(ValueError, match="power of two"):
+    G.GemvConfig("fma", 3, 128)
+  with pytest.raises(ValueError, match="format"):
+    G.gemv_config("e3m4", 1)
+
+
+def test_default_configs_are_data_for_every_format():
+  for fmt in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16", "bf16"):
+    for batch in (1, 2, 4, 5, 16, 64, 1000):
+      cfg = G.gemv_config(fmt, batch)
+      assert isinstance(cfg, G.GemvConfig)
+
+
+# ------------------------------------------------------------------ what the kernel compiles to
+
+_FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_kernel_ir_has_no_fp8_or_fp4_types(name):
+  """The Triton IR handed to the compiler (lowered for an H200 here, also on a CPU) has no
+  8/6/4-bit float types and no fp-to-fp converts, so no fp8/fp4 conversion instruction can
+  come out of it; every code is decoded with integer ops (see BUILD.md for the PTX check)."""
+  from jax._src.pallas.triton import lowering as triton_lowering
+  fmt, elem, block = FORMATS[name]
+  plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"))
+  n, k = 64, 256
+  kw_ = fp8lab.packed_length(k, elem)
+  s_shape = None
+  if plan.scale_kind:
+    s_shape = jax.ShapeDtypeStruct((n // plan.scale_row_div, k // block[-1]), jnp.uint8)
+  ts = jax.ShapeDtypeStruct((), jnp.float32) if plan.has_tensor_scale else None
+  captured = []
+  real = triton_lowering.lower_jaxpr_to_triton_module
+
+  def spy(*a, **kw):
+    res = real(*a, **kw)
+    captured.append(res.module.operation.get_asm())
+    return res
+
+  ad = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
+  mesh = jax.sharding.AbstractMesh((1,), ("x",), (jax.sharding.AxisType.Explicit,),
+                                   abstract_device=ad)
+  triton_lowering.lower_jaxpr_to_triton_module = spy
+  try:
+    for batch in (1, 16):
+      f = functools.partial(G.gemv_pallas, plan=plan, n_out=n, k=k)
+      with jax.sharding.use_abstract_mesh(mesh):
+        jax.jit(f).trace(jax.ShapeDtypeStruct((n, kw_), jnp.uint32), s_shape, ts,
+                         jax.ShapeDtypeStruct((batch, k), jnp.float32)).lower(
+                             lowering_platforms=("cuda",))
+  finally:
+    triton_lowering.lower_jaxpr_to_triton_module = real
+  assert len(captured) == 2
+  for ir in captured:
+    assert "tt.func" in ir and "fp8lab_gemv" in ir
+    assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)
+
+
+# ------------------------------------------------------------------ GPU only
+
+@gpu
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp4", "nvfp4"])
+@pytest.mark.parametrize("batch", [1, 16])
+def test_deterministic_bits_across_runs(name, batch):
+  fmt, _, block = FORMATS[name]
+  w = fp8lab.quantize(jax.random.normal(jax.random.key(5), (4096, 4096), jnp.float32), fmt)
+  x = jax.random.normal(jax.random.key(6), (batch, 4096), jnp.float32)
+  f = jax.jit(functools.partial(fp8lab.gemv_packed, implementation="pallas"))
+  first = _bits(f(w, x))
+  for _ in range(3):
+    np.testing.assert_array_equal(_bits(f(w, x)), first)
