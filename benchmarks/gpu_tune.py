@@ -298,6 +298,21 @@ def candidates(name: str, batch: int, sweep: str) -> list[G.GemvConfig]:
     return out
   C = G.GemvConfig
   blocked = plan_of(name).scale_kind is not None
+  if sweep == "round3":
+    # Third round (after tune2): smaller dot tiles and fewer pipeline stages (shared memory
+    # limited the tensor-core path to 2 programs per SM), more rows per FMA program.
+    if batch <= 4 and four_bit:
+      out += [C("fma", 8, 128, 4), C("fma", 8, 256, 4), C("fma", 16, 128, 4)]
+    elif batch <= 4:
+      out += [C("fma", 8, 512, 4), C("fma", 16, 256, 4), C("fma", 4, 512, 4),
+              C("dot", 64, 32, 4, 2)]
+    elif blocked:
+      out += [C("dot", 64, 16, 4, 2), C("dot", 64, 32, 4, 2), C("dot", 64, 16, 4, 1),
+              C("dot", 128, 16, 8, 2)]
+    else:
+      out += [C("dot", 64, 32, 4, 2), C("dot", 64, 32, 4, 1), C("dot", 128, 32, 8, 2),
+              C("dot", 64, 16, 4, 2), C("dot", 32, 32, 4, 2)]
+    return list(dict.fromkeys(out))
   if sweep == "focused":
     if batch <= 4 and four_bit:
       out += [C("fma", 4, 128, 8), C("fma", 2, 256, 4), C("fma", 4, 256, 4), C("fma", 8, 256, 4),
