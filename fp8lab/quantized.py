@@ -277,6 +277,8 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     margin = sc._check_margin(margin)
     if scale is not None and margin != 0:
       raise ValueError("a given scale is used as is; margin applies to current scaling only")
+    if scale is not None and jnp.size(scale) != 1:
+      raise ValueError(f"scale must be a scalar, got shape {jnp.shape(scale)}")
   spec = _check_hadamard(hadamard)
   if spec is not None and x.shape[axis] % spec.block:
     raise ValueError(f"the length {x.shape[axis]} of axis {axis} is not a multiple of the "

@@ -42,6 +42,16 @@ def np_rotate(x, n, signs=None, inverse=False):
   s = np.ones(n, np.float32) if signs is None else np.asarray(signs, np.float32)
   if not inverse:
     y = y * s
+  with np.errstate(over="ignore", invalid="ignore"):
+    y = np_butterflies(y, n) * inv_sqrt_f32(n)
+  if inverse:
+    y = y * s
+  return y.reshape(np.shape(x))
+
+
+def np_butterflies(x, n):
+  """Stages h = 1 .. n/2 on the last axis, no scaling."""
+  y = np.array(x, np.float32).reshape(-1, n).copy()
   h = 1
   with np.errstate(over="ignore", invalid="ignore"):
     while h < n:
@@ -50,9 +60,6 @@ def np_rotate(x, n, signs=None, inverse=False):
       v[:, :, 0, :] = a + b
       v[:, :, 1, :] = a - b
       h *= 2
-    y = y * inv_sqrt_f32(n)
-  if inverse:
-    y = y * s
   return y.reshape(np.shape(x))
 
 
@@ -198,16 +205,19 @@ def test_fixed_32_variant(x):
   # NUMERICS.md: the 16 signs on each half, a signed 16-point Hadamard of each half, then a
   # final 32-point add/subtract stage. Written here stage by stage and scaled two ways: once
   # at the end by fl(1/sqrt 32), and once per half by 1/4 then by fl(1/sqrt 2) after the
-  # last stage; in float32 both are the same numbers, since scaling by 1/4 is exact here.
-  lo = np_rotate(x[:, :16] * TE_SIGNS, 16) * np.float32(4)       # unnormalized halves
-  hi = np_rotate(x[:, 16:] * TE_SIGNS, 16) * np.float32(4)
+  # last stage; in float32 both are the same numbers wherever scaling by 1/4 is exact (the
+  # unnormalized half-sums are zero or at least 2^-124: no subnormal loses bits).
+  lo = np_butterflies(x[:, :16] * np.float32(TE_SIGNS), 16)     # unnormalized halves
+  hi = np_butterflies(x[:, 16:] * np.float32(TE_SIGNS), 16)
   with np.errstate(over="ignore", invalid="ignore"):
     end_scaled = np.concatenate([lo + hi, lo - hi], -1) * inv_sqrt_f32(32)
     q_lo, q_hi = lo / np.float32(4), hi / np.float32(4)
     step_scaled = np.concatenate([q_lo + q_hi, q_lo - q_hi], -1) * inv_sqrt_f32(2)
   got = fp8lab.hadamard(x, 32, signs="fixed")
   assert_same_floats(got, end_scaled)
-  assert_same_floats(got, step_scaled)
+  exact_quarter = lambda v: (v == 0) | (np.abs(v) >= 2.0**-124) | ~np.isfinite(v)
+  ok = np.tile(exact_quarter(lo) & exact_quarter(hi), 2)
+  assert_same_floats(np.asarray(got)[ok], step_scaled[ok])
 
 
 def test_random_signs_deterministic_per_key():

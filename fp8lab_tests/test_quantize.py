@@ -645,6 +645,8 @@ def test_argument_errors():
     fp8lab.quantize(x, "nvfp4", margin=1)
   with pytest.raises(ValueError, match="margin"):
     fp8lab.quantize(x, "e4m3", scale=2.0, margin=1)
+  with pytest.raises(ValueError, match="scalar"):
+    fp8lab.quantize(x, "e4m3", scale=np.ones(2, np.float32))
   with pytest.raises(ValueError, match="Hadamard"):
     fp8lab.quantize(np.ones((2, 40), np.float32), "mxfp4", hadamard=16)
   with pytest.raises(ValueError, match="Hadamard"):
