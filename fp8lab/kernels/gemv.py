@@ -113,10 +113,12 @@ def _cfg(path, br, bk, nw, ns=3):
 # batch applies; the largest bucket above). Data, not code: benchmarks/gpu_tune.py
 # measures candidates on the H200 and these are its winners (see BUILD.md for the run).
 # Winners of benchmarks/gpu_tune.py on the H200 (16384 x 16384; tune rounds 2 and 3, see
-# BUILD.md): batch 1-4 on CUDA cores, 5+ on tensor cores. Differences under ~10% between
+# BUILD.md). Differences under ~10% between
 # neighbouring candidates were within the run-to-run spread.
 def _table(fma1, dot):
-  return {1: fma1, 4: fma1, 64: dot}
+  # The FMA path's cost grows with the batch (batch 4: 2.5x batch 1 for e4m3 in the final
+  # run), the tensor-core path's does not up to 16: FMA for 1-2 rows, tensor cores above.
+  return {1: fma1, 2: fma1, 64: dot}
 
 
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
@@ -495,6 +497,30 @@ def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) ->
   return dataclasses.replace(cfg, block_rows=br, block_k=bk)
 
 
+# Shared memory a program may use on the tensor-core path (the H200 has 227 KiB per block;
+# Triton adds staging for the dot operand on top of the pipelined loads).
+_SMEM_BUDGET = 200 * 1024
+
+
+def _fit_shared_memory(cfg: GemvConfig, plan: FormatPlan, n_parts: int, bp: int) -> GemvConfig:
+  """Halves block_k (then num_stages) until the tensor-core path's pipelined loads fit.
+
+  Estimate: num_stages * (x parts + weight words of one K step) + the bfloat16 / float16
+  weight tile staged for the dot. Wide batches (Bp = 32, 64) with 3 x parts overflowed the
+  tuned block_k (RESOURCE_EXHAUSTED on the H200 for mxfp4 at batch 33)."""
+  pw = plan.per_word
+
+  def need(c):
+    step = n_parts * c.block_k * pw * bp * 2 + c.block_rows * c.block_k * 4
+    return c.num_stages * step + c.block_rows * c.block_k * pw * 2
+
+  while need(cfg) > _SMEM_BUDGET and cfg.block_k > plan.words_per_block and cfg.block_k > 8:
+    cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2)
+  while need(cfg) > _SMEM_BUDGET and cfg.num_stages > 1:
+    cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
+  return cfg
+
+
 def _prep_x_fma(x: jax.Array, plan: FormatPlan, kw_pad: int):
   """x planes (B, pw, kw_pad[/wpb, wpb]) float32 and the per-row factor 2^fold."""
   n_b, k = x.shape
@@ -555,15 +581,20 @@ def gemv_pallas(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   kw = data.shape[1]
   cfg = config if config is not None else gemv_config(plan.format, n_b)
   cfg = _effective_config(cfg, plan, n_out, kw)
+  if n_out * kw >= 2**31:
+    raise ValueError("W has more than 2^31 words; the kernel uses int32 offsets")
+  if cfg.path == "dot":
+    bp = max(16, _next_pow2(n_b))
+    n_x_parts = (_X_PARTS[jnp.dtype(x.dtype)] if _dot_operand_dtype(plan) == jnp.bfloat16
+                 else 1 if jnp.dtype(x.dtype) == jnp.float16 else 2)
+    cfg = _fit_shared_memory(cfg, plan, n_x_parts, bp)
   br, bk = cfg.block_rows, cfg.block_k
   n_prog = pl.cdiv(n_out, br)
   kw_pad = pl.cdiv(kw, bk) * bk
-  if n_out * kw >= 2**31:
-    raise ValueError("W has more than 2^31 words; the kernel uses int32 offsets")
 
   if cfg.path == "dot":
-    bp = max(16, _next_pow2(n_b))
     xin, factor = _prep_x_dot(x, plan, kw_pad, bp)
+    assert xin.shape[0] == n_x_parts
     n_parts = xin.shape[0]
     out_rows = n_acc = bp
   else:
