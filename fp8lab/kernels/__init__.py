@@ -1,0 +1,1 @@
+"""Pallas kernels (Triton lowering) and their in-kernel unpack helpers; see gemv.py."""

@@ -14,7 +14,7 @@ reduced by one program in a fixed order, so results are bitwise deterministic.
 
 Two paths, chosen per (format, batch) from DEFAULT_CONFIGS:
 
-"fma" (CUDA cores; batch 1 to a few rows). Per word: integer decode of all codes to
+"fma" (CUDA cores; 1-2 rows). Per word: integer decode of all codes to
 float32 via the float16 route (kernels/unpack.py), then float32 FMAs against x. Order of
 float operations for one output y[b, r] (per-tensor formats):
     acc[r, c] += plane_i[r, c] * x_plane_i[c]   for i = 0..per_word-1, every K step
@@ -32,21 +32,31 @@ of the (exact or single) scale roundings: |y - y_exact| <= (k + 3) u sum|w x| (u
 unless an intermediate overflows or underflows (extreme scales: the reference's per-weight
 product can overflow where our per-block product does not, and vice versa).
 
-"dot" (tensor cores; batches of 16 and more). Decoded weights, times their block scale
-(exact in float32), go to bfloat16 -- exact, since every element format has at most 3
-mantissa bits and the E4M3 block scale 3 more, except f16 weights, split into two bfloat16
-parts (8 + 8 >= 11 bits). x is split outside the kernel into bfloat16 parts that sum to it
-exactly: 3 for float32 (8 + 8 + 8 >= 24 significant bits), 2 for float16, 1 for bfloat16.
-The parts are cut by truncating bit patterns (integer ops), never by float round trips
-that XLA may elide (NUMERICS.md section 9). Every bfloat16 product is exact in float32;
-jnp.dot accumulates in float32 on the tensor cores:
-    acc_hi[r, b] += dot(w_hi, x_hi),  acc_lo[r, b] += dot(other part pairs)
-    y = (acc_hi + acc_lo if acc_hi is finite else acc_hi) * final
-Keeping the hi product apart means an Inf weight times a nonzero x whose low parts are 0
-gives Inf, not Inf * 0 = NaN. Same bound as above (the tensor cores' float32 accumulation
-is not round-to-nearest, so the tests allow 2 (k + 3) u sum|w x|). Weights whose scaled
-magnitude is below bfloat16's normal range (2^-126; only with the smallest MX scales) may
-lose low bits there.
+"dot" (tensor cores; 3 rows and more). x is kept in element order (zero padded) and the
+decoded planes of a (rows, block_k) word tile are interleaved back into element order, so
+one dot per x part covers block_k * per_word elements. Operands:
+  * per-tensor minifloats and f16 weights: float16. Every float16-route code is exactly a
+    float16 (e4m3: value * 2^-8, e2m1: value * 2^-14), taken straight from the bit pattern
+    (no float arithmetic). x (float32 / bfloat16) is scaled per row by a power of two so
+    that max|x| is in [2^14, 2^15), then cut into float16 hi (the top 11 significant bits,
+    by masking the float32 pattern) and lo = float16(x - hi): |hi + lo - x| <= 2^-22 |x|
+    (<= 2^-25 * 2^e absolutely where x is below float16's normal range). float16 x: one
+    exact part, no scaling.
+  * NVFP4: float16 code (value * 2^-14) times the E4M3 scale's true value, multiplied in
+    float16 -- exact (<= 6 significant bits, >= 2^-24); S_dec and 2^14 come at the end.
+  * MX: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact: <= 4
+    significant bits; values below 2^-126, only with scale codes < ~20, may lose bits);
+    x as bfloat16 parts cut by masking that sum to it exactly: 3 for float32, 2 for
+    float16, 1 for bfloat16. bf16 weights: bfloat16 as stored, x likewise.
+The x parts are cut with integer ops, never by float round trips that XLA may elide
+(NUMERICS.md section 9). Every product is exact in float32; jnp.dot accumulates in float32
+on the tensor cores:
+    acc_hi[r, b] += dot(w, x_part0),  acc_lo[r, b] += dot(w, x_part1 (+ part2))
+    y = (acc_hi + acc_lo if acc_hi is finite else acc_hi) * 2^(fold - s_b) * tensor_scale
+Keeping the hi product apart means an Inf weight times a nonzero x whose low part is 0
+gives Inf, not Inf * 0 = NaN. Bound: |y - y_exact| <= (k + 7) u sum|w x| + u |y| (the x
+split adds 4u per product); the tensor cores' float32 accumulation truncates instead of
+rounding, so the tests allow twice the addition term.
 
 NaN: e4m3 NaN codes are flagged per word (unpack.nan_byte_flags) and make the row NaN, as a
 NaN weight makes the reference row NaN (for any x). E8M0 scale 0xFF and E4M3 scale NaN
