@@ -23,14 +23,13 @@ so the results are the same on every backend, float32 subnormals included.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from fp8lab.formats import E2M1, E4M3, E5M2, E8M0, ElementFormat, get_format
+from fp8lab.formats import E4M3, E8M0, get_format
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics import scales as sc
 from fp8lab.numerics.codec import INPUT_DTYPES, decode, encode_bits
@@ -199,7 +198,10 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       applies to the element conversion only (scales stay deterministic): element at flat
       row-major index i of x's logical shape draws
       `fp8lab.random_bits(key, x.shape)[i]` and rounds with its top `sr_bits` bits
-      (NUMERICS.md section 6). Not available for "f16"/"bf16".
+      (NUMERICS.md section 6) the same scaled float32 value that nearest-even rounding
+      would round (MX: x * 2^-s; nvfp4: fl(x * enc_b); e4m3/e5m2: fl(x * scale)), then
+      saturates. With a Hadamard rotation the index is that of the rotated element (same
+      shape). Not available for "f16"/"bf16".
     key: threefry key for stochastic rounding.
     hadamard: None, a block size (16/32/64/128, no signs) or a HadamardSpec. x is rotated
       along `axis` (numerics/hadamard.py) before any amax is taken; the result records the

@@ -38,7 +38,7 @@ import numpy as np
 
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics.codec import INPUT_DTYPES
-from fp8lab.numerics.scales import bits_of, f32_add, f32_mul, f32_sub, float_of
+from fp8lab.numerics.scales import bits_of, f32_add, f32_mul, float_of
 
 __all__ = ["hadamard", "HadamardSpec", "hadamard_signs", "inverse_sqrt_bits",
            "HADAMARD_BLOCKS", "FIXED_SIGN_MASK", "TE_SIGN_MASK"]
