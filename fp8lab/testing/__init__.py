@@ -19,6 +19,10 @@ conversion agrees with fp8lab on any float32 input::
 
     @given(fpt.code_arrays("e2m1", (16,), allow_nan=False))
     def test_my_decode(codes): ...
+
+Block-format inputs and QuantizedArrays (fp8lab/testing/quantized.py) come the same way:
+`block_arrays("mxfp4", (4, 64))` draws arrays whose blocks span the float32 range and hold
+special values, `quantized_arrays("nvfp4")` draws QuantizedArrays.
 """
 
 from fp8lab.testing.elements import (
@@ -35,11 +39,17 @@ from fp8lab.testing.elements import (
     hard_bit_patterns,
 )
 
-# --- Strategies for quantized arrays (fp8lab/testing/quantized.py) go here once that module
-# --- exists; re-export its public names below and extend __all__.
+from fp8lab.testing.quantized import (
+    BLOCK_FORMATS,
+    block_arrays,
+    quantize_inputs,
+    quantize_shapes,
+    quantized_arrays,
+)
 
 __all__ = [
     "BIT_DTYPES", "DEFAULT_FORMATS", "hard_bit_patterns", "bits_for", "float32_bits",
     "bfloat16_bits", "float16_bits", "floats_for", "bit_pattern_arrays", "codes",
     "code_arrays",
+    "BLOCK_FORMATS", "quantize_shapes", "block_arrays", "quantize_inputs", "quantized_arrays",
 ]
