@@ -385,7 +385,7 @@ def _check_leaves(q: QuantizedArray):
   if tuple(q.data.shape) != tuple(want):
     problems.append(f"data has shape {tuple(q.data.shape)}, metadata implies {tuple(want)}")
   if q.scales is not None:
-    want_s = _scales_shape(q.shape, q.axis, q.block_shape)
+    want_s = scales_shape(q.shape, q.axis, q.block_shape)
     if tuple(q.scales.shape) != want_s:
       problems.append(f"scales have shape {tuple(q.scales.shape)}, metadata implies {want_s}")
   if problems:
@@ -394,7 +394,9 @@ def _check_leaves(q: QuantizedArray):
                      "use it under jax.vmap too.")
 
 
-def _scales_shape(shape, axis, block_shape):
+def scales_shape(shape, axis: int, block_shape) -> tuple[int, ...]:
+  """Shape of the scale codes of an array of `shape` blocked along non-negative `axis`:
+  the blocked axis becomes its block count; (16, 16) tiles block the last two axes."""
   shape = list(shape)
   if len(block_shape) == 2:
     shape[-2] = -(-shape[-2] // block_shape[0])

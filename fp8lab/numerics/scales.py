@@ -127,15 +127,17 @@ def _specials(bits):
   return mag > _INF, mag == _INF, mag == 0
 
 
-def f32_mul(a, b) -> jax.Array:
-  """IEEE float32 a * b on uint32 bit patterns, round to nearest even, subnormals kept."""
+def _product_operands(a, b):
+  """Both operands of a product or quotient as (nan, inf, zero, e, sig), and the result's sign."""
   a = jnp.asarray(a, jnp.uint32)
   b = jnp.asarray(b, jnp.uint32)
-  nan_a, inf_a, zero_a = _specials(a)
-  nan_b, inf_b, zero_b = _specials(b)
-  sa, ea, ma = _unpack(a)
-  sb, eb, mb = _unpack(b)
-  sign = sa ^ sb
+  (sa, ea, ma), (sb, eb, mb) = _unpack(a), _unpack(b)
+  return (*_specials(a), ea, ma), (*_specials(b), eb, mb), sa ^ sb
+
+
+def f32_mul(a, b) -> jax.Array:
+  """IEEE float32 a * b on uint32 bit patterns, round to nearest even, subnormals kept."""
+  (nan_a, inf_a, zero_a, ea, ma), (nan_b, inf_b, zero_b, eb, mb), sign = _product_operands(a, b)
   # 24 x 24 -> 48-bit product from 12-bit halves, as (hi, lo) 32-bit words.
   a1, a0 = ma >> _U(12), ma & _U(0xFFF)
   b1, b0 = mb >> _U(12), mb & _U(0xFFF)
@@ -160,13 +162,7 @@ def f32_mul(a, b) -> jax.Array:
 
 def f32_div(a, b) -> jax.Array:
   """IEEE float32 a / b on uint32 bit patterns, round to nearest even, subnormals kept."""
-  a = jnp.asarray(a, jnp.uint32)
-  b = jnp.asarray(b, jnp.uint32)
-  nan_a, inf_a, zero_a = _specials(a)
-  nan_b, inf_b, zero_b = _specials(b)
-  sa, ea, ma = _unpack(a)
-  sb, eb, mb = _unpack(b)
-  sign = sa ^ sb
+  (nan_a, inf_a, zero_a, ea, ma), (nan_b, inf_b, zero_b, eb, mb), sign = _product_operands(a, b)
   smaller = ma < mb
   r = jnp.where(smaller, ma << _U(1), ma)                     # now r / mb is in [1, 2)
   e = ea - eb - smaller.astype(jnp.int32)

@@ -43,7 +43,7 @@ from hypothesis.extra import numpy as hnp
 from fp8lab.formats import E4M3, E8M0, get_format
 from fp8lab.numerics.packing import pack
 from fp8lab.numerics.scales import MX_SCALE_MODES
-from fp8lab.quantized import _FORMATS, QUANTIZED_FORMATS, QuantizedArray
+from fp8lab.quantized import _FORMATS, QUANTIZED_FORMATS, QuantizedArray, scales_shape
 from fp8lab.testing.elements import code_arrays
 
 __all__ = ["BLOCK_FORMATS", "quantize_shapes", "block_arrays", "quantize_inputs",
@@ -230,12 +230,7 @@ def quantized_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] | None = N
   scales = tensor_scale = None
   bs = tuple(block_shape) if block_shape is not None else default_block
   if kind in ("mx", "nvfp4"):
-    sshape = list(shape)
-    if len(bs) == 2:
-      sshape[-2] = -(-shape[-2] // bs[0])
-      sshape[-1] = -(-shape[-1] // bs[1])
-    else:
-      sshape[axis] = -(-shape[axis] // bs[0])
+    sshape = scales_shape(shape, axis, bs)
     if kind == "mx":
       top = E8M0.nan_code if allow_nan else E8M0.max_code
     else:
