@@ -520,3 +520,16 @@ def test_stochastic_is_unbiased_over_keys(f):
     q = math.floor((xv - lo) / step * 256) / 256
     sigma = step * math.sqrt(q * (1 - q) / n_keys)
     assert abs(values[:, j].mean() - xv) <= step / 256 + 6 * sigma, (xv, values[:, j].mean())
+
+
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "e2m1", "e8m0"])
+def test_decode_takes_arrays_of_the_formats_own_dtype(name):
+  # decode also accepts the format's ml_dtypes array (its bits are the codes); expected
+  # values come from ml_dtypes, bit patterns compared (NaN included).
+  f = formats.get_format(name)
+  codes = np.arange(1 << f.bits, dtype=np.uint8)
+  typed = jnp.asarray(codes.view(f.dtype) if f.bits == 8 else
+                      codes.view(f.dtype).astype(np.float32).astype(f.dtype))
+  want = np.asarray(codes.view(f.dtype)).astype(np.float32).view(np.uint32)
+  got = np.asarray(fp8lab.decode(typed, name)).view(np.uint32)
+  np.testing.assert_array_equal(got, want)

@@ -76,9 +76,7 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   f = get_minifloat(fmt)
   # Check the caller's dtype before jnp.asarray: with x64 off it would silently narrow a
   # float64 (or int64) numpy array to 32 bits, i.e. round twice.
-  given = getattr(x, "dtype", None)
-  x = jnp.asarray(x) if given is None else x
-  dtype = jnp.dtype(x.dtype)
+  dtype = jnp.dtype(x.dtype) if hasattr(x, "dtype") else jnp.asarray(x).dtype
   if dtype not in INPUT_DTYPES:
     raise TypeError(f"encode takes float32, bfloat16 or float16 input, got {dtype}")
   x = jnp.asarray(x)
@@ -216,8 +214,10 @@ def decode(codes, fmt, dtype=jnp.float32) -> jax.Array:
   codes = jnp.asarray(codes)
   if codes.dtype == f.dtype and f.bits == 8:
     codes = lax.bitcast_convert_type(codes, jnp.uint8)
-  elif codes.dtype == f.dtype:   # float4 arrays: widen through float32 would lose nothing,
-    codes = encode(codes.astype(jnp.float32), f)   # but keep -0/NaN exact via our encoder.
+  elif codes.dtype == f.dtype:
+    # A 4-bit array cannot be bitcast to uint8; every e2m1 value (and -0) is exact in
+    # float32 and encodes back to its own code (e2m1 has no NaN).
+    codes = encode(codes.astype(jnp.float32), f)
   if codes.dtype != jnp.uint8:
     raise TypeError(f"decode takes uint8 codes (or {f.dtype} values), got {codes.dtype}")
   table = jnp.asarray(decode_table(f.name, dtype.name))
