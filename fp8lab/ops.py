@@ -14,13 +14,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from fp8lab.kernels import gemv as gemv_kernel
+from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.hadamard import hadamard
 from fp8lab.quantized import QuantizedArray
 
 __all__ = ["gemv_packed", "IMPLEMENTATIONS"]
 
 IMPLEMENTATIONS = (None, "pallas", "reference")
-_X_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 
 
 def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = False):
@@ -66,10 +66,7 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
     raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
   if not isinstance(interpret, bool):
     raise TypeError(f"interpret must be a bool, got {interpret!r}")
-  if not hasattr(x, "dtype"):
-    x = jnp.asarray(x)
-  if jnp.dtype(x.dtype) not in _X_DTYPES:
-    raise TypeError(f"gemv_packed takes float32, bfloat16 or float16 x, got {x.dtype}")
+  x = as_float_input(x, "gemv_packed")
   k = w.shape[1]
   if x.ndim < 1 or x.shape[-1] != k:
     raise ValueError(f"x's last dimension must be k={k} (w.shape={w.shape}), got x.shape={x.shape}")

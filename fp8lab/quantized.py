@@ -32,7 +32,8 @@ import numpy as np
 from fp8lab.formats import E4M3, E8M0, get_format
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics import scales as sc
-from fp8lab.numerics.codec import INPUT_DTYPES, decode, encode_bits
+from fp8lab.numerics.codec import (INPUT_DTYPES, as_float_input, check_rounding, decode,
+                                   encode_bits)
 from fp8lab.numerics.hadamard import HadamardSpec, hadamard
 from fp8lab.numerics.packing import pack, unpack
 
@@ -52,7 +53,6 @@ _FORMATS: dict[str, tuple[str, tuple[int, ...] | None, str]] = {
     "bf16": ("bf16", None, "storage"),
 }
 QUANTIZED_FORMATS = tuple(_FORMATS)
-ROUNDING_MODES = ("nearest", "stochastic")
 
 
 @jax.tree_util.register_pytree_node_class
@@ -239,13 +239,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       rounding, hadamard, margin, or a missing key; TypeError: x not float32/bf16/f16.
   """
   fmt = _check_format(fmt)
-  # The dtype is checked before jnp.asarray, which would silently narrow float64 numpy
-  # input to float32 (x64 off), i.e. round twice.
-  dtype = getattr(x, "dtype", None)
-  dtype = jnp.asarray(x).dtype if dtype is None else jnp.dtype(dtype)
-  if dtype not in INPUT_DTYPES:
-    raise TypeError(f"quantize takes float32, bfloat16 or float16 input, got {dtype}")
-  x = jnp.asarray(x)
+  x = as_float_input(x, "quantize")
   if x.ndim == 0:
     raise ValueError("quantize needs an array with at least one axis")
   elem_name, _, kind = _FORMATS[fmt]
@@ -257,19 +251,10 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
                        f"{scale_mode!r}")
   elif scale_mode != "floor":
     raise ValueError(f"{fmt!r} has no scale_mode (leave the default); got {scale_mode!r}")
-  if rounding not in ROUNDING_MODES:
-    raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
-  if rounding == "stochastic":
-    if kind == "storage":
-      raise ValueError(f"{fmt!r} is a nearest-even cast; stochastic rounding is for the "
-                       "e4m3/e5m2/e2m1 element formats")
-    if key is None:
-      raise ValueError("rounding='stochastic' needs a key: pass key=jax.random.key(seed)")
-    if not (isinstance(sr_bits, int) and 1 <= sr_bits <= 24):
-      raise ValueError(f"sr_bits must be an int in [1, 24], got {sr_bits!r}")
-    fp8_random.key_words(key)                         # validates the key's shape and dtype
-  elif key is not None:
-    raise ValueError("key is only used with rounding='stochastic'")
+  if rounding == "stochastic" and kind == "storage":
+    raise ValueError(f"{fmt!r} is a nearest-even cast; stochastic rounding is for the "
+                     "e4m3/e5m2/e2m1 element formats")
+  check_rounding(rounding, key, sr_bits)
   if kind != "tensor":
     if scale is not None:
       raise ValueError(f"scale is only for the per-tensor formats 'e4m3'/'e5m2', not {fmt!r}")

@@ -31,7 +31,8 @@ import numpy as np
 from fp8lab.formats import E2M1, E8M0, ElementFormat, get_minifloat
 from fp8lab.numerics import random as fp8_random
 
-__all__ = ["encode", "decode", "encode_bits", "decode_table", "INPUT_DTYPES", "OUTPUT_DTYPES"]
+__all__ = ["encode", "decode", "encode_bits", "decode_table", "INPUT_DTYPES", "OUTPUT_DTYPES",
+           "as_float_input", "check_rounding"]
 
 INPUT_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 OUTPUT_DTYPES = INPUT_DTYPES
@@ -39,6 +40,30 @@ ROUNDING_MODES = ("nearest", "stochastic")
 MAX_SR_BITS = 24
 
 _U = np.uint32
+
+
+def as_float_input(x, what: str) -> jax.Array:
+  """x as a JAX array, after checking that it is float32, bfloat16 or float16.
+
+  The dtype is read before jnp.asarray, which with x64 off would silently narrow a float64
+  (or int64) numpy array to 32 bits, i.e. round twice. Raises TypeError naming `what`.
+  """
+  dtype = jnp.dtype(x.dtype) if hasattr(x, "dtype") else jnp.asarray(x).dtype
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"{what} takes float32, bfloat16 or float16 input, got {dtype}")
+  return jnp.asarray(x)
+
+
+def check_rounding(rounding: str, key, sr_bits: int) -> None:
+  """Validates a rounding mode with its key and sr_bits, before anything is traced."""
+  if rounding not in ROUNDING_MODES:
+    raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
+  if rounding == "stochastic":
+    if not (isinstance(sr_bits, int) and 1 <= sr_bits <= MAX_SR_BITS):
+      raise ValueError(f"sr_bits must be an int in [1, {MAX_SR_BITS}], got {sr_bits!r}")
+    fp8_random.key_words(key)            # a missing or malformed key raises here
+  elif key is not None:
+    raise ValueError("key is only used with rounding='stochastic'")
 
 
 def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=None,
@@ -74,23 +99,13 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   do NOT use this cast: they follow the scale rules of numerics/scales.py.
   """
   f = get_minifloat(fmt)
-  # Check the caller's dtype before jnp.asarray: with x64 off it would silently narrow a
-  # float64 (or int64) numpy array to 32 bits, i.e. round twice.
-  dtype = jnp.dtype(x.dtype) if hasattr(x, "dtype") else jnp.asarray(x).dtype
-  if dtype not in INPUT_DTYPES:
-    raise TypeError(f"encode takes float32, bfloat16 or float16 input, got {dtype}")
-  x = jnp.asarray(x)
-  if rounding not in ROUNDING_MODES:
-    raise ValueError(f"rounding must be one of {ROUNDING_MODES}, got {rounding!r}")
+  x = as_float_input(x, "encode")
+  if rounding == "stochastic" and f is E8M0:
+    raise ValueError("stochastic rounding is not defined for e8m0")
+  check_rounding(rounding, key, sr_bits)
   rbits = None
   if rounding == "stochastic":
-    if f is E8M0:
-      raise ValueError("stochastic rounding is not defined for e8m0")
-    if not (isinstance(sr_bits, int) and 1 <= sr_bits <= MAX_SR_BITS):
-      raise ValueError(f"sr_bits must be an int in [1, {MAX_SR_BITS}], got {sr_bits!r}")
     rbits = fp8_random.random_bits(key, x.shape, index_offset)
-  elif key is not None:
-    raise ValueError("key is only used with rounding='stochastic'")
   bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
   return encode_bits(bits, f, saturate=saturate, random_bits=rbits, sr_bits=sr_bits)
 

@@ -37,7 +37,7 @@ from jax import lax
 import numpy as np
 
 from fp8lab.numerics import random as fp8_random
-from fp8lab.numerics.codec import INPUT_DTYPES
+from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.scales import bits_of, f32_add, f32_mul, float_of
 
 __all__ = ["hadamard", "HadamardSpec", "hadamard_signs", "inverse_sqrt_bits",
@@ -159,13 +159,7 @@ def hadamard(x, block: int, *, signs: Any = None, axis: int = -1,
     float32 array of x's shape, computed in the documented order with IEEE float32
     operations (subnormals kept on every backend).
   """
-  # The dtype is checked before jnp.asarray, which would silently narrow float64 numpy
-  # input to float32 (x64 off), i.e. round twice.
-  dtype = getattr(x, "dtype", None)
-  dtype = jnp.asarray(x).dtype if dtype is None else jnp.dtype(dtype)
-  if dtype not in INPUT_DTYPES:
-    raise TypeError(f"hadamard takes float32, bfloat16 or float16 input, got {dtype}")
-  x = jnp.asarray(x)
+  x = as_float_input(x, "hadamard")
   sign_bits = hadamard_signs(block, signs)
   if x.ndim == 0:
     raise ValueError("hadamard needs an array with at least one axis")
