@@ -11,9 +11,8 @@ every partial sum is an integer below 2^24, exact in float32 in any order, so th
 match the reference path bit for bit. Elsewhere the error bound against the float64 product
 of the dequantized weights is derived from the kernel's order of operations
 (fp8lab/kernels/gemv.py docstring), with u = 2^-24:
-  * each product w * x is exact in the FMA (CUDA-core path), or exact apart from the
-    representation of x by float16 / bfloat16 parts, |x - sum(parts)| <= 2^-22 |x| = 4u|x|
-    (tensor-core path);
+  * each product w * x is exact on the tensor cores apart from the representation of x
+    by float16 / bfloat16 parts, |x - sum(parts)| <= 2^-22 |x| = 4u|x|;
   * k float32 additions in any order add at most (k - 1) u sum|w x| (first order);
   * the final scale factors (exact powers of two times the tensor scale) round once: u |y|;
   * the reference's own rounding of each dequantized weight (NVFP4: code * fl(s * S_dec),
@@ -33,7 +32,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -132,7 +130,7 @@ def _integer_weight(name: str, n: int, k: int, rng, nan_row: int | None = None):
 @pytest.mark.parametrize("elem_name", ["e4m3", "e5m2", "e2m1"])
 def test_decode_planes_every_code_every_position(elem_name):
   """The float16 route gives value * 2^f16_route_log2 for every code at every position of a
-  word (NaN codes: flagged instead), bit for bit against the golden decode."""
+  word (NaN codes: NaN), bit for bit against the golden decode."""
   f = get_format(elem_name)
   codes = np.arange(1 << f.bits, dtype=np.uint8)
   grid = np.stack([np.roll(codes, s) for s in range(f.per_word)], axis=1).reshape(-1)
@@ -143,32 +141,23 @@ def test_decode_planes_every_code_every_position(elem_name):
   got16 = np.stack(planes16, -1).reshape(-1) * np.float32(2.0 ** -U.f16_route_log2(f))
   want = np.asarray(fp8lab.decode(jnp.asarray(grid), f, jnp.float32))
   nan = np.isnan(want)
-  if U.needs_nan_flags(f):
-    flagged = (np.asarray(U.nan_byte_flags(words, f)) & U.NAN_FLAG_MASK) != 0
-    np.testing.assert_array_equal(flagged, nan.reshape(-1, f.per_word).any(axis=1))
-    keep = ~nan
-  else:
-    np.testing.assert_array_equal(np.isnan(got), nan)
-    keep = ~nan
+  np.testing.assert_array_equal(np.isnan(got), nan)
+  np.testing.assert_array_equal(np.isnan(got16), nan)
+  keep = ~nan
   np.testing.assert_array_equal(_bits(got[keep]), _bits(want[keep]))
   np.testing.assert_array_equal(_bits(got16[keep]), _bits(want[keep]))
 
 
-def test_nan_byte_flags_every_byte_pair():
-  """Word verdict of the carry trick over all 2^16 low-byte pairs (high half mirrored)."""
-  a = np.arange(1 << 16, dtype=np.uint32)
-  words = a | (a << 16)
-  flags = np.asarray(U.nan_byte_flags(jnp.asarray(words), get_format("e4m3")))
-  bytes_ = np.stack([(words >> (8 * i)) & 0x7F for i in range(4)], axis=1)
-  np.testing.assert_array_equal((flags & U.NAN_FLAG_MASK) != 0, (bytes_ == 0x7F).any(axis=1))
-
-
-@pytest.mark.parametrize("kind", ["e8m0", "e4m3"])
+@pytest.mark.parametrize("kind", ["e8m0", "e4m3", "e4m3_f16"])
 def test_scale_decoders_every_code(kind):
   c = jnp.arange(256, dtype=jnp.uint8)
-  want = np.asarray(fp8lab.decode(c, kind, jnp.float32))
+  want = np.asarray(fp8lab.decode(c, kind.split("_")[0], jnp.float32))
   if kind == "e8m0":
     got = np.asarray(U.e8m0_scale_to_f32(c))
+  elif kind == "e4m3_f16":
+    g16 = U.e4m3_scale_to_f16(c)
+    assert g16.dtype == jnp.float16
+    got = np.asarray(g16.astype(jnp.float32))
   else:
     got = np.asarray(U.e4m3_scale_to_f32(c)) * np.float32(2.0 ** -U.f16_route_log2(
         get_format("e4m3")))
@@ -180,7 +169,8 @@ def test_scale_decoders_every_code(kind):
 # ------------------------------------------------------------------ exact agreement
 
 # Batches 1..64 and the three x dtypes spread over the formats (interpret mode is slow):
-# 1-4 take the CUDA-core path, 5+ the tensor-core path.
+# the batch decides how many columns the dots have (x parts times the batch padded to a
+# power of two, at least 8) and which config bucket applies.
 _EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3])
                 for i, name in enumerate(FORMATS)
                 for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4") else 5))]
@@ -247,6 +237,68 @@ def test_hadamard_rotated_weights():
   np.testing.assert_allclose(y, np.asarray(x, np.float64) @ deq.T, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("elem_name", ["e2m1", "e4m3", "e5m2"])
+def test_mx_fast_path_factors_are_exact_within_the_spread(elem_name):
+  """_mx_factors: for every drop d = c - m, the float16 factor is 2^(d - route) and every
+  code's float16-route value times it is exactly value * 2^d (float16 multiply, as in the
+  kernel) down to d = -_MX_SPREAD; further drops are "far" with factor 0."""
+  f = get_format(elem_name)
+  spread = G._MX_SPREAD[elem_name]
+  c = np.arange(0, 255, dtype=np.uint8)[None, :]              # m = 254: d = c - 254
+  fac, far, m = G._mx_factors(jnp.asarray(c), f)
+  fac = np.asarray(fac.astype(jnp.float32), np.float64)[0]
+  far = np.asarray(far)[0]
+  assert int(m[0]) == 254
+  d = c[0].astype(np.int64) - 254
+  np.testing.assert_array_equal(far, d < -spread)
+  np.testing.assert_array_equal(fac[~far], 2.0 ** (d[~far] - U.f16_route_log2(f)))
+  assert (fac[far] == 0).all()
+  codes = np.arange(1 << f.bits, dtype=np.uint8)
+  vals = np.asarray(fp8lab.decode(jnp.asarray(codes), f, jnp.float32), np.float64)
+  route16 = (vals * 2.0 ** U.f16_route_log2(f)).astype(np.float16)   # exact (tested above)
+  finite = np.isfinite(vals)
+  for dd in range(-spread, 1):
+    got = (route16 * np.float16(2.0 ** (dd - U.f16_route_log2(f)))).astype(np.float64)
+    np.testing.assert_array_equal(got[finite], vals[finite] * 2.0 ** dd)
+
+
+@pytest.mark.parametrize("name", ["mxfp8", "mxfp8_e5m2", "mxfp4"])
+@pytest.mark.parametrize("spread", ["near", "far", "zero_blocks"])
+def test_mx_block_scales_far_apart(name, spread):
+  """Block scales far apart within a row, where it matters: even blocks get scale 2^a and
+  odd blocks 2^-b, and x is 2^-(a + b) on the even blocks, so both halves contribute alike.
+  "near" (a + b = _MX_SPREAD) stays on the fast path, "far" (a + b = 40) needs the exact
+  fallback; "zero_blocks": all-zero blocks with scale code 0 beside large ones must add
+  exactly 0. Every product is an integer times 2^-b and every sum is exact, so the kernel
+  must match the float64 product bit for bit."""
+  rng = np.random.default_rng(hash((name, spread)) % 2**32)
+  n, k = SHAPE
+  w0, _ = _integer_weight(name, n, k, rng)
+  elem = get_format(FORMATS[name][1])
+  vals = np.asarray(fp8lab.decode(w0.codes(), elem, jnp.float32), np.float64)
+  nb = -(-k // 32)
+  even = (np.arange(nb) % 2 == 0)
+  a, b = {"near": (0, G._MX_SPREAD[elem.name]), "far": (20, 20), "zero_blocks": (1, 0)}[spread]
+  j = rng.integers(0, 2, (n, nb))                 # jitter that only narrows the drop
+  e = np.where(even[None, :], a - j, -b + j)
+  scodes = (127 + e).astype(np.uint8)
+  if spread == "zero_blocks":
+    zero = (rng.random((n, nb)) < 0.3) & ~even
+    vals = vals * ~np.repeat(zero, 32, axis=1)[:, :k]
+    scodes[zero] = 0
+  codes = fp8lab.encode(jnp.asarray(vals, jnp.float32), elem)
+  deq = vals * np.repeat(2.0 ** (scodes.astype(np.float64) - 127), 32, axis=1)[:, :k]
+  w = QuantizedArray(fp8lab.pack(codes, elem), jnp.asarray(scodes), None, format=name,
+                     element_format=elem.name, shape=(n, k), axis=1, block_shape=(32,),
+                     scale_mode="floor", hadamard=None)
+  np.testing.assert_array_equal(np.asarray(fp8lab.dequantize(w), np.float64), deq)
+  xscale = np.where(np.repeat(even, 32)[:k], 2.0 ** -(a + b), 1.0)
+  xv = (rng.integers(-3, 4, (3, k)) * xscale).astype(np.float32)
+  y = np.asarray(_gemv(w, jnp.asarray(xv)), np.float64)
+  want = xv.astype(np.float64) @ deq.T
+  np.testing.assert_array_equal(y, want)
+
+
 # ------------------------------------------------------------------ NaN and padding
 
 @pytest.mark.parametrize("name", ["e4m3", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d"])
@@ -265,7 +317,7 @@ def test_nan_weights_make_their_row_nan_and_nothing_else(name, batch):
   np.testing.assert_array_equal(y[:, good], (xv.astype(np.float64) @ deq[good].T))
 
 
-def test_e5m2_inf_weight_gives_inf_not_nan_on_both_paths():
+def test_e5m2_inf_weight_gives_inf_not_nan_at_batch_1_and_16():
   rng = np.random.default_rng(8)
   n, k = SHAPE
   w, deq = _integer_weight("e5m2", n, k, rng)
@@ -348,7 +400,11 @@ def test_errors_before_tracing():
     with pytest.raises(ValueError, match="GPU"):
       fp8lab.gemv_packed(w, x, implementation="pallas")
   with pytest.raises(ValueError, match="power of two"):
-    G.GemvConfig("fma", 3, 128)
+    G.GemvConfig(48, 128)
+  with pytest.raises(ValueError, match=">= 16"):
+    G.GemvConfig(8, 64)
+  with pytest.raises(ValueError, match="positive int"):
+    G.GemvConfig(64, 64, num_stages=0)
   with pytest.raises(ValueError, match="format"):
     G.gemv_config("e3m4", 1)
 

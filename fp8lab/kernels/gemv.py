@@ -1,66 +1,57 @@
 """Pallas GEMV over packed weights: y = x @ dequantize(W).T, W read once, unpacked in registers.
 
 Layout. W is the QuantizedArray's uint32 `data`, (n_out, kw) with kw = ceil(k / per_word);
-code i of word j of a row is element per_word * j + i (NUMERICS.md section 3). x is
-rearranged OUTSIDE the kernel into per-word planes, x_plane[i, j] = x[per_word * j + i]
-(zero padded), so plane i of a tile of words multiplies one contiguous slice of x. The
-weight array itself is never copied or padded: row blocks past n_out re-read the last row
-(clamped indices, results discarded) and the K tail uses masked loads whose missing words
-read as 0 (code 0 is +0 in every format and meets zero-padded x, so no NaN leaks in).
+code i of word j of a row is element per_word * j + i (NUMERICS.md section 3). The weight
+array is never copied or padded: row blocks past n_out re-read the last row (clamped indices,
+results discarded by a masked store) and the K tail uses masked loads whose missing words read
+as 0 (code 0 is +0 in every format and meets zero-padded x, so no NaN leaks in).
 
-Grid: one program per block of `block_rows` rows, a loop over K in steps of `block_k`
-words (full steps unmasked, one masked tail step). No atomics, no split K: each output is
-reduced by one program in a fixed order, so results are bitwise deterministic.
+One path for every batch: tensor-core dots, one per code plane. A program takes `block_rows`
+rows and loops over K in steps of `block_k` words. Per step it loads the (rows, block_k) tile
+of words and decodes it with integer ops into `per_word` planes, plane i holding code i of
+each word (kernels/unpack.py: shifts and masks build float16 bit patterns, no conversion
+instruction). Every plane is an elementwise function of the word tile, so Triton loads the
+words straight into the tensor cores' operand layout (no shuffle through shared memory), and
 
-Two paths, chosen per (format, batch) from DEFAULT_CONFIGS:
+    acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
-"fma" (CUDA cores; 1-2 rows). Per word: integer decode of all codes to
-float32 via the float16 route (kernels/unpack.py), then float32 FMAs against x. Order of
-float operations for one output y[b, r] (per-tensor formats):
-    acc[r, c] += plane_i[r, c] * x_plane_i[c]   for i = 0..per_word-1, every K step
-                (one fma each; c runs over the block_k word columns of the tile)
-    y = fl(sum_c acc[r, c]) * fl(2^-route * tensor_scale)      (a tree sum over c)
-Block-scaled formats (MX, NVFP4) take the tile as (rows, blocks, words_per_block):
-    part[r, g] = sum over the block's words and planes of plane * x     (fma chain + tree)
-    acc[r, g] += part[r, g] * scale[r, g]                                (one fma)
-    y = fl(sum_g acc[r, g]) * final
-with scale = 2^(code - 127) (E8M0, exact) or the E4M3 block scale (times 2^-8, exact),
-final = 2^-route (MX) or 2^(8 - route) * S_dec (NVFP4). Against the reference, which
-rounds each dequantized weight to float32 first (NVFP4: fl(code * fl(s * S_dec))) and sums
-in jnp.dot's order, this differs only in the order of the float32 additions and the place
-of the (exact or single) scale roundings: |y - y_exact| <= (k + 3) u sum|w x| (u = 2^-24)
-unless an intermediate overflows or underflows (extreme scales: the reference's per-weight
-product can overflow where our per-block product does not, and vice versa).
+with x_i[j, c] = column c of x at element per_word * j + i: x is rearranged outside the
+kernel into per-plane slices (pw, kw_pad, N), zero padded. The N columns hold the batch
+(padded to a power of two, Bp) once per x *part*: float32 x is not a tensor-core operand, so
+it is cut into parts that sum to it exactly and each part is a slot of Bp columns; one dot
+covers all parts and all batch rows, so a batch of 1..Bp costs the same weight traffic and
+nearly the same time. No atomics, no split K: each output is reduced by one program in a
+fixed order, so results are bitwise deterministic.
 
-"dot" (tensor cores; 3 rows and more). x is kept in element order (zero padded) and the
-decoded planes of a (rows, block_k) word tile are interleaved back into element order, so
-one dot per x part covers block_k * per_word elements. Operands:
-  * per-tensor minifloats and f16 weights: float16. Every float16-route code is exactly a
-    float16 (e4m3: value * 2^-8, e2m1: value * 2^-14), taken straight from the bit pattern
-    (no float arithmetic). x (float32 / bfloat16) is scaled per row by a power of two so
-    that max|x| is in [2^14, 2^15), then cut into float16 hi (the top 11 significant bits,
-    by masking the float32 pattern) and lo = float16(x - hi): |hi + lo - x| <= 2^-22 |x|
-    (<= 2^-25 * 2^e absolutely where x is below float16's normal range). float16 x: one
-    exact part, no scaling.
-  * NVFP4: float16 code (value * 2^-14) times the E4M3 scale's true value, multiplied in
-    float16 -- exact (<= 6 significant bits, >= 2^-24); S_dec and 2^14 come at the end.
-  * MX: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact: <= 4
-    significant bits; values below 2^-126, only with scale codes < ~20, may lose bits);
-    x as bfloat16 parts cut by masking that sum to it exactly: 3 for float32, 2 for
-    float16, 1 for bfloat16. bf16 weights: bfloat16 as stored, x likewise.
+Operands (every product is exact in float32; jnp.dot accumulates in float32):
+  * per-tensor minifloats and f16 weights: float16 planes. Every float16-route code is
+    exactly a float16 (e4m3: value * 2^-8, e5m2: value, e2m1: value * 2^-14). x in float16:
+    float16 x is one exact part; float32 / bfloat16 x is scaled per batch row by a power of
+    two so that max|x| is in [2^14, 2^15), then cut into hi (the top 11 significant bits, by
+    masking the float32 pattern) and lo = float16(x - hi): |hi + lo - x| <= 2^-22 |x|
+    (<= 2^-25 * 2^e absolutely where x is below float16's normal range).
+  * NVFP4: float16 code (value * 2^-14) times the E4M3 block scale's value as a float16,
+    multiplied in float16: exact (<= 6 significant bits, >= 2^-24); S_dec at the end.
+  * MX (E8M0 scales): float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
+    <= 4 significant bits; values below 2^-133, only with scale codes < ~10, may lose bits).
+    bf16 weights: bfloat16 planes as stored. x as bfloat16 parts cut by masking that sum to
+    it exactly: 3 for float32 (4 slots, one zero), 2 for float16, 1 for bfloat16.
 The x parts are cut with integer ops, never by float round trips that XLA may elide
-(NUMERICS.md section 9). Every product is exact in float32; jnp.dot accumulates in float32
-on the tensor cores:
-    acc_hi[r, b] += dot(w, x_part0),  acc_lo[r, b] += dot(w, x_part1 (+ part2))
-    y = (acc_hi + acc_lo if acc_hi is finite else acc_hi) * 2^(fold - s_b) * tensor_scale
-Keeping the hi product apart means an Inf weight times a nonzero x whose low part is 0
-gives Inf, not Inf * 0 = NaN. Bound: |y - y_exact| <= (k + 7) u sum|w x| + u |y| (the x
-split adds 4u per product); the tensor cores' float32 accumulation truncates instead of
-rounding, so the tests allow twice the addition term.
+(NUMERICS.md section 9). Epilogue, per output y[b, r]:
+    hi = acc[r, slot 0 of b],  lo = sum of the other slots of b
+    y = (hi + lo if hi is finite else hi) * 2^(fold - s_b) * tensor_scale
+Keeping the hi product apart means an Inf weight times a nonzero x whose low parts are 0
+gives Inf, not Inf * 0 = NaN. Against the reference, which rounds each dequantized weight
+to float32 and sums in jnp.dot's order, this differs in the order of the float32 additions,
+the x split (4u per product) and the place of the single final scale rounding:
+|y - y_exact| <= (k + 7) u sum|w x| + u |y| (u = 2^-24) unless an intermediate overflows or
+underflows; the tensor cores' float32 accumulation truncates instead of rounding, so the
+tests allow twice the addition term.
 
-NaN: e4m3 NaN codes are flagged per word (unpack.nan_byte_flags) and make the row NaN, as a
-NaN weight makes the reference row NaN (for any x). E8M0 scale 0xFF and E4M3 scale NaN
-codes decode to NaN and propagate. e5m2 Inf / NaN codes decode to float16 Inf / NaN.
+NaN: every NaN code (e4m3 0x7F / 0xFF through the float16 route's NaN fix, e5m2's NaN
+codes, E8M0 scale 0xFF, E4M3 scale NaN codes) decodes to a NaN operand, which the dot
+carries into every column of its row (NaN * 0 is NaN), as a NaN weight makes the reference
+row NaN for any x. e5m2 Inf codes decode to float16 Inf.
 """
 
 from __future__ import annotations
@@ -80,7 +71,7 @@ from fp8lab.formats import E4M3, ElementFormat, get_format
 from fp8lab.kernels import unpack
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
-           "gemv_pallas", "split_bf16_parts"]
+           "gemv_pallas", "split_bf16_parts", "split_f16_parts"]
 
 _U = np.uint32
 
@@ -90,56 +81,43 @@ class GemvConfig:
   """Launch configuration of the GEMV kernel.
 
   Attributes:
-    path: "fma" (CUDA-core FMAs, for small batches) or "dot" (tensor cores).
-    block_rows: output rows per program (power of two; >= 16 for "dot").
-    block_k: uint32 words of K per loop step (power of two; a multiple of the words per
-      scale block for block-scaled formats).
-    num_warps, num_stages: Triton compiler parameters.
-    prefetch: "fma" path: load the next K step's words before decoding the current one.
+    block_rows: output rows per program, the M of the dots (power of two, >= 16).
+    block_k: uint32 words of K per loop step, the K of each plane's dot (power of two,
+      >= 16, a multiple of the words per scale block for block-scaled formats).
+    num_warps, num_stages: Triton compiler parameters (num_stages: software-pipelining
+      depth of the loads).
   """
-  path: str
   block_rows: int
   block_k: int
   num_warps: int = 4
   num_stages: int = 3
-  prefetch: bool = False
 
   def __post_init__(self):
-    if self.path not in ("fma", "dot"):
-      raise ValueError(f"GemvConfig.path must be 'fma' or 'dot', got {self.path!r}")
+    for name in ("block_rows", "block_k", "num_warps", "num_stages"):
+      v = getattr(self, name)
+      if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+        raise ValueError(f"GemvConfig.{name} must be a positive int, got {v!r}")
     for name in ("block_rows", "block_k", "num_warps"):
       v = getattr(self, name)
-      if not (isinstance(v, int) and v > 0 and v & (v - 1) == 0):
+      if v & (v - 1):
         raise ValueError(f"GemvConfig.{name} must be a power of two, got {v!r}")
-    if self.path == "dot" and self.block_rows < 16:
-      raise ValueError("the 'dot' path needs block_rows >= 16 (tensor-core tile)")
+    if self.block_rows < 16 or self.block_k < 16:
+      raise ValueError("GemvConfig needs block_rows >= 16 and block_k >= 16 (tensor-core "
+                       f"tiles), got {self.block_rows}, {self.block_k}")
 
 
-def _cfg(path, br, bk, nw, ns=3):
-  return dict(path=path, block_rows=br, block_k=bk, num_warps=nw, num_stages=ns)
+def _cfg(br, bk, nw=4, ns=3):
+  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns)
 
 
-# Tuned launch configurations, per format and batch bucket (the smallest bucket >= the
-# batch applies; the largest bucket above). Data, not code: benchmarks/gpu_tune.py
-# measures candidates on the H200 and these are its winners (see BUILD.md for the run).
-# Winners of benchmarks/gpu_tune.py on the H200 (16384 x 16384; tune rounds 2 and 3, see
-# BUILD.md). Differences under ~10% between
-# neighbouring candidates were within the run-to-run spread.
-def _table(fma1, dot):
-  # The FMA path's cost grows with the batch (batch 4: 2.5x batch 1 for e4m3 in the final
-  # run), the tensor-core path's does not up to 16: FMA for 1-2 rows, tensor cores above.
-  return {1: fma1, 2: fma1, 64: dot}
-
-
+# Launch configurations per format and batch bucket (the smallest bucket >= the batch
+# applies; the largest bucket above it). Data, not code: benchmarks/gpu_tune.py measures
+# candidates on the H200 and these are its winners (BUILD.md names the run). Wide batches
+# make the x tile of a K step large, so their buckets take shorter K steps.
+_SMALL = _cfg(64, 64, 4, 3)
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
-    "e4m3": _table(_cfg("fma", 4, 512, 4), _cfg("dot", 64, 32, 4, 1)),
-    "e5m2": _table(_cfg("fma", 8, 512, 4), _cfg("dot", 64, 32, 4, 1)),
-    "mxfp8": _table(_cfg("fma", 4, 512, 4), _cfg("dot", 64, 32, 4, 2)),
-    "mxfp8_e5m2": _table(_cfg("fma", 8, 512, 4), _cfg("dot", 64, 32, 4, 2)),
-    "mxfp4": _table(_cfg("fma", 8, 256, 4), _cfg("dot", 64, 32, 4, 2)),
-    "nvfp4": _table(_cfg("fma", 4, 256, 4), _cfg("dot", 64, 32, 4, 3)),
-    "f16": _table(_cfg("fma", 4, 512, 4), _cfg("dot", 64, 32, 4, 1)),
-    "bf16": _table(_cfg("fma", 4, 512, 4), _cfg("dot", 64, 32, 4, 1)),
+    name: {16: _SMALL, 64: _cfg(64, 32, 4, 2)}
+    for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16", "bf16")
 }
 
 
@@ -212,224 +190,210 @@ def _next_pow2(n: int) -> int:
   return 1 << max(0, (n - 1).bit_length())
 
 
-_X_PARTS = {jnp.dtype(jnp.float32): 3, jnp.dtype(jnp.float16): 2,
-            jnp.dtype(jnp.bfloat16): 1}
-
-
-def _decode_scales(codes: jax.Array, plan: FormatPlan) -> jax.Array:
-  if plan.scale_kind == "e8m0":
-    return unpack.e8m0_scale_to_f32(codes)
-  return unpack.e4m3_scale_to_f32(codes)
-
-
-def _dot_operand_dtype(plan: FormatPlan):
-  """Tensor-core operand type: float16 holds every float16-route code exactly and, for
-  NVFP4, code * E4M3 scale (<= 2688, >= 2^-10); MX-scaled weights need bfloat16's
-  exponent range; bf16 weights are bfloat16."""
-  if plan.elem.name == "bf16" or plan.scale_kind == "e8m0":
+def _operand_dtype(plan: FormatPlan):
+  """Tensor-core operand type of the main loop: float16 holds every float16-route code
+  exactly, the NVFP4 products code * E4M3 scale, and the MX products code * 2^(scale - m)
+  of the fast path; bf16 weights are bfloat16."""
+  if plan.elem.name == "bf16":
     return jnp.bfloat16
   return jnp.float16
 
 
-def _dot_scale_fold_log2(plan: FormatPlan) -> int:
-  """Power of two multiplied into the block scale on the dot path: the NVFP4 scale becomes
-  its true E4M3 value (<= 448, float16 range); MX scales stay 2^(code - 127)."""
+def _fold_log2(plan: FormatPlan) -> int:
+  """log2 of the power of two that turns the main loop's dots into x @ W^T (before the
+  tensor scale and x's own per-row scaling). It undoes the float16 route of the codes; the
+  NVFP4 block scale enters the dot as its true value; the MX fast path's factors already
+  undo the route (see _mx_factors)."""
+  if plan.scale_kind == "e8m0":
+    return 0
+  return -unpack.f16_route_log2(plan.elem)
+
+
+# MX fast path: the largest drop d = scale - m below the step's largest scale m for which
+# code * 2^d stays exact in float16 (its lowest bit >= 2^-24): e2m1's lsb is 2^-1, e4m3's
+# 2^-9, e5m2's 2^-16. The largest magnitudes (6, 448, 57344) fit at d = 0.
+_MX_SPREAD = {"e2m1": 23, "e4m3": 15, "e5m2": 8}
+
+
+def _mx_factors(codes: jax.Array, elem: ElementFormat):
+  """MX fast path, per K step: E8M0 codes (rows, groups) -> (float16 factors, far, m).
+
+  m = the row's largest scale code in the step. The factor of a block is 2^(c - m) times
+  2^-f16_route_log2(elem) (so that float16-route code * factor = value * 2^(c - m)), as a
+  float16 built from bits (normal down to 2^-14, subnormal down to 2^-24). Blocks further
+  than _MX_SPREAD below m ("far") get factor 0: their products would not be exact, so a
+  far block holding a nonzero code sends the program to the exact fallback."""
+  c = codes.astype(jnp.int32)
+  m = jnp.max(c, axis=1)
+  d = c - m[:, None]
+  e = d - unpack.f16_route_log2(elem)                 # float16 exponent of the factor
+  far = d < -_MX_SPREAD[elem.name]
+  normal = (e + 15) << 10
+  sub = jnp.left_shift(jnp.int32(1), jnp.clip(e + 24, 0, 15))
+  bits = jnp.where(far, 0, jnp.where(e >= -14, normal, sub))
+  return lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16), far, m
+
+
+def _per_word(t: jax.Array, wpb: int) -> jax.Array:
+  """(rows, groups) -> (rows, groups * wpb): each block's value repeated for its words."""
+  br, g = t.shape
+  return jnp.broadcast_to(t[:, :, None], (br, g, wpb)).reshape(br, g * wpb)
+
+
+def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan):
+  """The main loop's dot operands of a (rows, block_k) word tile: plane i = code i of each
+  word, times its block scale (NVFP4: the E4M3 value; MX: the fast path's factor).
+  Returns (planes, MX extras: (far per word, m) or None)."""
+  if plan.scale_kind is None:
+    return unpack.decode_planes_16bit(words, plan.elem), None
+  wpb = plan.words_per_block
   if plan.scale_kind == "e4m3":
-    return -unpack.f16_route_log2(E4M3)
-  return 0
+    # The E4M3 scale's true value is exact in float16; so is its product with a
+    # float16-route e2m1 code (<= 6 significant bits, >= 2^-24).
+    s16 = _per_word(unpack.e4m3_scale_to_f16(codes), wpb)
+    return [p * s16 for p in unpack.decode_planes_16bit(words, plan.elem)], None
+  fac, far, m = _mx_factors(codes, plan.elem)
+  fac = _per_word(fac, wpb)
+  planes = [p * fac for p in unpack.decode_planes_16bit(words, plan.elem)]
+  return planes, (_per_word(far, wpb), m)
 
 
-def _interleave(planes: list[jax.Array]) -> jax.Array:
-  """(R, W) planes p_0..p_{n-1} (code i of each word) -> (R, W * n) in element order."""
-  if len(planes) == 1:
-    return planes[0]
-  even = _interleave(planes[0::2])
-  odd = _interleave(planes[1::2])
-  both = jnp.stack([even, odd], axis=-1)
-  return both.reshape(both.shape[:-2] + (both.shape[-2] * 2,))
+def _mx_exact_planes(words: jax.Array, codes: jax.Array, plan: FormatPlan):
+  """MX fallback operands: float32 code * 2^(c - 127) (exact), as bfloat16 (exact unless
+  below 2^-133)."""
+  scale = _per_word(unpack.e8m0_scale_to_f32(codes), plan.words_per_block)
+  return [(p * scale).astype(jnp.bfloat16) for p in unpack.decode_planes(words, plan.elem)]
+
+
+def _combine_slots(acc: jax.Array, n_slots: int) -> jax.Array:
+  """(rows, n_slots * bp) dot results -> (rows, bp): slot 0 (hi part) plus the others,
+  keeping a non-finite hi as it is (an Inf weight times a nonzero x stays Inf)."""
+  slots = [acc]
+  while len(slots) < n_slots:
+    slots = [half for t in slots for half in jnp.split(t, 2, axis=1)]
+  y = slots[0]
+  if n_slots > 1:
+    lo = slots[1]
+    for t in slots[2:]:
+      lo = lo + t
+    y = jnp.where(jnp.isfinite(y), y + lo, y)
+  return y
 
 
 def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, nbk: int,
-                 n_b: int, n_parts: int):
-  """Kernel body for both paths; see the module docstring for the arithmetic."""
+                 n_b: int, n_slots: int, bp: int, n_slots_exact: int):
+  """Kernel body; see the module docstring for the arithmetic."""
+  mx = plan.scale_kind == "e8m0"
   it = iter(refs)
   w_ref = next(it)
   s_ref = next(it) if plan.scale_kind else None
   x_ref = next(it)
   f_ref = next(it)
+  xe_ref = next(it) if mx else None
+  fe_ref = next(it) if mx else None
   ts_ref = next(it) if plan.has_tensor_scale else None
   o_ref = next(it)
 
   br, bk = cfg.block_rows, cfg.block_k
   pw = plan.per_word
-  blocked = plan.scale_kind is not None
-  wpb = plan.words_per_block
-  n_groups = bk // wpb
-  nan_flags = unpack.needs_nan_flags(plan.elem)
-  dot_path = cfg.path == "dot"
 
   r0 = pl.program_id(0) * br
-  # Clamped rows: every load stays inside W; rows past n_out are computed and dropped.
-  rows = jnp.minimum(r0 + lax.iota(jnp.int32, br), n_out - 1)
-  srows = (rows // plan.scale_row_div) * nbk
-  # Built once, outside the K loop, with expand_dims ([:, None]): a reshape inside the
-  # loop makes Triton convert layouts through shared memory at every step.
-  row_off = {1: (rows * kw)[:, None], 2: (rows * kw)[:, None, None]}
-  srow_off = srows[:, None]
+  out_rows = r0 + lax.iota(jnp.int32, br)
+  # Clamped rows: every load stays inside W; rows past n_out are computed and not stored.
+  rows = jnp.minimum(out_rows, n_out - 1)
+  # Built once, outside the K loop, with [:, None]: a reshape inside the loop makes Triton
+  # convert layouts through shared memory at every step.
+  row_off = (rows * kw)[:, None]
+  srow_off = ((rows // plan.scale_row_div) * nbk)[:, None]
 
-  def load_words(first_word: Any, tile_cols: jax.Array, masked: bool):
-    cols = first_word + tile_cols
-    offs = row_off[cols.ndim] + cols[None]
+  def load(s, masked: bool, bk=bk):
+    """The (rows, bk) word tile and (rows, bk / wpb) scale codes of K step s."""
+    cols = s * bk + lax.iota(jnp.int32, bk)
+    offs = row_off + cols[None, :]
     if masked:
-      return plgpu.load(w_ref.at[offs], mask=jnp.broadcast_to(cols[None] < kw, offs.shape),
-                        other=0)
-    return w_ref[offs]
-
-  def load_scales(first_group: Any, n: int | None, masked: bool):
-    """Scale codes of groups first_group.. (n of them: (br, n); None: one group, (br,))."""
-    gcols = first_group + (lax.iota(jnp.int32, n) if n else 0)
-    offs = srow_off + gcols if n else srows + gcols
-    if masked:
-      ok = gcols < nbk
-      return plgpu.load(s_ref.at[offs], mask=jnp.broadcast_to(ok, offs.shape), other=0)
-    return s_ref[offs]
-
-  # ---------------------------------------------------------------- the FMA path
-  if blocked:
-    fma_cols = (lax.iota(jnp.int32, n_groups)[:, None] * wpb
-                + lax.iota(jnp.int32, wpb)[None, :])          # (G, wpb)
-  else:
-    fma_cols = lax.iota(jnp.int32, bk)                          # (bk,)
-
-  def fma_load(step, masked):
-    words = load_words(step * bk, fma_cols, masked)
-    codes = load_scales(step * n_groups, n_groups, masked) if blocked else None
-    return words, codes
-
-  def fma_compute(step, accs, flags, words, codes):
-    planes = unpack.decode_planes(words, plan.elem)
-    scale = _decode_scales(codes, plan) if blocked else None
-    new_accs = []
-    for b in range(n_b):
-      if blocked:
-        part = None
-        for i in range(pw):
-          xs = x_ref[b, i, pl.ds(step * n_groups, n_groups), :]        # (G, wpb)
-          t = planes[i] * xs[None]
-          part = t if part is None else part + t
-        new_accs.append(accs[b] + jnp.sum(part, axis=2) * scale)
-      else:
-        acc = accs[b]
-        for i in range(pw):
-          acc = acc + planes[i] * x_ref[b, i, pl.ds(step * bk, bk)][None]
-        new_accs.append(acc)
-    if nan_flags:
-      flags = unpack.nan_byte_flags(words, plan.elem, flags)
-    return tuple(new_accs), flags
-
-  # ---------------------------------------------------------------- the dot path
-  def dot_accumulate(accs, wt, x_first: Any, length: int, scale):
-    acc_hi, acc_lo = accs
-    for p in range(n_parts):
-      xs = x_ref[p, pl.ds(x_first, length), :]                          # (length, Bp)
-      d = jnp.dot(wt, xs, preferred_element_type=jnp.float32)
-      if scale is not None:
-        d = d * scale[:, None]
-      if p == 0:
-        acc_hi = acc_hi + d
-      else:
-        acc_lo = acc_lo + d
-    return acc_hi, acc_lo
-
-  def dot_step(step, accs, flags, masked):
-    if blocked:
-      # Block scales go on the weights before the dot, so one dot spans many scale blocks.
-      # The scale codes are gathered per word (2D, like the words: a 3D tile reshaped to
-      # 2D would make Triton convert layouts through shared memory at every step).
-      words = load_words(step * bk, lax.iota(jnp.int32, bk), masked)     # (br, bk)
-      gcols = step * n_groups + lax.iota(jnp.int32, bk) // wpb
+      words = plgpu.load(w_ref.at[offs], mask=jnp.broadcast_to(cols[None, :] < kw, offs.shape),
+                         other=0)
+    else:
+      words = w_ref[offs]
+    codes = None
+    if plan.scale_kind:
+      n_groups = bk // plan.words_per_block
+      gcols = s * n_groups + lax.iota(jnp.int32, n_groups)
       soffs = srow_off + gcols[None, :]
       if masked:
-        codes = plgpu.load(s_ref.at[soffs], mask=jnp.broadcast_to(gcols[None, :] < nbk,
-                                                                   soffs.shape), other=0)
+        codes = plgpu.load(s_ref.at[soffs],
+                           mask=jnp.broadcast_to(gcols[None, :] < nbk, soffs.shape), other=0)
       else:
         codes = s_ref[soffs]
-      scale = _decode_scales(codes, plan) * jnp.float32(2.0 ** _dot_scale_fold_log2(plan))
-      if _dot_operand_dtype(plan) == jnp.float16:
-        # NVFP4: float16 code (value * 2^-14) times the E4M3 scale's value, in float16:
-        # exact (<= 6 significant bits, >= 2^-24), two products per instruction.
-        s16 = scale.astype(jnp.float16)
-        ws = [p * s16 for p in unpack.decode_planes_16bit(words, plan.elem)]
-      else:
-        # MX: exact float32 products (power-of-two scales), then bfloat16 (exact).
-        ws = [(p * scale).astype(jnp.bfloat16) for p in unpack.decode_planes(words, plan.elem)]
-      wt = _interleave(ws)                                              # (br, bk * pw)
-      accs = dot_accumulate(accs, wt, step * bk * pw, bk * pw, None)
-      if nan_flags:
-        flags = unpack.nan_byte_flags(words, plan.elem, flags)
-    else:
-      words = load_words(step * bk, lax.iota(jnp.int32, bk), masked)  # (br, bk)
-      wt = _interleave(unpack.decode_planes_16bit(words, plan.elem))
-      accs = dot_accumulate(accs, wt, step * bk * pw, bk * pw, None)
-      if nan_flags:
-        flags = unpack.nan_byte_flags(words, plan.elem, flags)
-    return accs, flags
+    return words, codes
 
-  # ---------------------------------------------------------------- the K loop
-  n_full, tail = divmod(kw, bk)
-  if dot_path:
-    accs = (jnp.zeros((br, n_b), jnp.float32), jnp.zeros((br, n_b), jnp.float32))
-    # Flags are OR-ed per element across steps and reduced over columns once at the end.
-    flags = jnp.zeros((br, bk), jnp.uint32)
+  def dots(planes, xr, s, bk=bk):
+    acc = None
+    for i in range(pw):
+      xs = xr[i, pl.ds(s * bk, bk), :]                                   # (bk, N)
+      d = jnp.dot(planes[i], xs, preferred_element_type=jnp.float32)
+      acc = d if acc is None else acc + d
+    return acc
+
+  def k_loop(step, init, bk=bk):
+    n_full, tail = divmod(kw, bk)
+    carry = init
     if n_full:
-      accs, flags = lax.fori_loop(0, n_full, lambda s, c: dot_step(s, *c, False),
-                                  (accs, flags))
+      carry = lax.fori_loop(0, n_full, lambda s, c: step(s, c, False), carry)
     if tail:
-      accs, flags = dot_step(n_full, accs, flags, True)
-    if nan_flags:
-      flags = jnp.max((flags & unpack.NAN_FLAG_MASK).reshape(br, -1), axis=1)
-  else:
-    acc_shape = (br, n_groups) if blocked else (br, bk)
-    tile_shape = (br, n_groups, wpb) if blocked else (br, bk)
-    accs = tuple(jnp.zeros(acc_shape, jnp.float32) for _ in range(n_b))
-    flags = jnp.zeros(tile_shape, jnp.uint32) if nan_flags else jnp.zeros((), jnp.uint32)
-    if n_full and cfg.prefetch:
-      def body(s, c):
-        accs, flags, words, codes = c
-        nxt = fma_load(jnp.minimum(s + 1, n_full - 1), False)
-        accs, flags = fma_compute(s, accs, flags, words, codes)
-        return (accs, flags) + nxt
-      first = fma_load(0, False)
-      accs, flags, _, _ = lax.fori_loop(0, n_full, body, (accs, flags) + first)
-    elif n_full:
-      accs, flags = lax.fori_loop(
-          0, n_full, lambda s, c: fma_compute(s, *c, *fma_load(s, False)), (accs, flags))
-    if tail:
-      accs, flags = fma_compute(n_full, accs, flags, *fma_load(n_full, True))
-    if nan_flags:
-      flags = jnp.max((flags & unpack.NAN_FLAG_MASK).reshape(br, -1), axis=1)
+      carry = step(n_full, carry, True)
+    return carry
 
-  # ---------------------------------------------------------------- epilogue
-  ts = ts_ref[0] if ts_ref is not None else None
-  row_nan = (flags & unpack.NAN_FLAG_MASK) != _U(0) if nan_flags else None
-  if dot_path:
-    acc_hi, acc_lo = accs
-    f = f_ref[...]                                                     # (Bp,)
-    if ts is not None:
-      f = f * ts                     # 2^e * ts: exact, so y gets one rounding from it
-    y = jnp.where(jnp.isfinite(acc_hi), acc_hi + acc_lo, acc_hi) * f[None, :]
-    if row_nan is not None:
-      y = jnp.where(row_nan[:, None], jnp.float32(jnp.nan), y)
-    o_ref[:, pl.ds(r0, br)] = y.T.astype(o_ref.dtype)
-  else:
-    for b in range(n_b):
-      f = f_ref[b]
-      if ts is not None:
-        f = f * ts
-      y = jnp.sum(accs[b].reshape(br, -1), axis=1) * f
-      if row_nan is not None:
-        y = jnp.where(row_nan, jnp.float32(jnp.nan), y)
-      o_ref[b, pl.ds(r0, br)] = y.astype(o_ref.dtype)
+  def main_step(s, carry, masked: bool):
+    acc, bad, nan_row = carry
+    words, codes = load(s, masked)
+    planes, extra = _weight_planes(words, codes, plan)
+    part = dots(planes, x_ref, s)
+    if extra is None:
+      return acc + part, bad, nan_row
+    far_w, m = extra
+    # The step's dots carry 2^(c - m); 2^(m - 127) per row makes them 2^(c - 127) (exact
+    # unless the product leaves float32's range, where the reference's weights do too).
+    acc = acc + part * _exp2_exact(m - 127)[:, None]
+    bad = bad | jnp.where(far_w, words, _U(0))            # a nonzero code in a far block
+    nan_row = nan_row | (m == 255)                        # an E8M0 NaN scale (0xFF)
+    return acc, bad, nan_row
+
+  def epilogue(y, f):
+    if ts_ref is not None:
+      f = f * ts_ref[0]                  # 2^e * ts: exact, so y gets one rounding from it
+    return y * f[None, :]
+
+  init = (jnp.zeros((br, n_slots * bp), jnp.float32),
+          jnp.zeros((br, bk) if mx else (), jnp.uint32),
+          jnp.zeros((br,) if mx else (), jnp.bool_))
+  acc, bad, nan_row = k_loop(main_step, init)
+  y = epilogue(_combine_slots(acc, n_slots), f_ref[...])
+
+  if mx:
+    # Exact fallback (rare: scales more than _MX_SPREAD binades apart within a K step of a
+    # row, or a NaN scale): the whole row block again with bfloat16 operands.
+    # Short K steps: its registers count for the whole kernel, and it rarely runs.
+    bk_e = min(bk, max(16, plan.words_per_block))
+
+    def exact_step(s, acc, masked: bool):
+      words, codes = load(s, masked, bk_e)
+      return acc + dots(_mx_exact_planes(words, codes, plan), xe_ref, s, bk_e)
+
+    def exact():
+      acc_e = k_loop(exact_step, jnp.zeros((br, n_slots_exact * bp), jnp.float32), bk_e)
+      return epilogue(_combine_slots(acc_e, n_slots_exact), fe_ref[...])
+
+    need = jnp.max(((jnp.max(bad, axis=1) != _U(0)) | nan_row).astype(jnp.int32)) > 0
+    y = lax.cond(need, exact, lambda: y)
+
+  b = lax.iota(jnp.int32, bp)
+  ok = (b[None, :] < n_b) & (out_rows[:, None] < n_out)
+  # Masked-off lanes point past the end of y: on the GPU they store nothing; in interpret
+  # mode a masked store rewrites every offset it is given, so no masked-off offset may
+  # alias a stored one.
+  offs = jnp.where(ok, b[None, :] * n_out + out_rows[:, None], n_b * n_out)
+  plgpu.store(o_ref.at[offs], y.astype(o_ref.dtype), mask=ok)
 
 
 def _exp2_exact(n: jax.Array) -> jax.Array:
@@ -499,73 +463,78 @@ def split_f16_parts(x: jax.Array) -> jax.Array:
 def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) -> GemvConfig:
   """Shrinks blocks that exceed a small problem (keeps powers of two and the block grain)."""
   wpb = plan.words_per_block
-  bk = max(wpb, min(cfg.block_k, _next_pow2(kw)))
-  br_min = 16 if cfg.path == "dot" else 1
-  br = max(br_min, min(cfg.block_rows, _next_pow2(n_out)))
+  bk = max(16, wpb, min(cfg.block_k, _next_pow2(kw)))
+  br = max(16, min(cfg.block_rows, _next_pow2(n_out)))
   if bk % wpb:
     raise ValueError(f"block_k={bk} is not a multiple of the {wpb} words per scale block")
   return dataclasses.replace(cfg, block_rows=br, block_k=bk)
 
 
-# Shared memory a program may use on the tensor-core path (the H200 has 227 KiB per block;
-# Triton adds staging for the dot operand on top of the pipelined loads).
+# Shared memory a program may use (the H200 has 227 KiB per block; Triton stages the
+# pipelined loads of every step there).
 _SMEM_BUDGET = 200 * 1024
 
 
-def _fit_shared_memory(cfg: GemvConfig, plan: FormatPlan, n_parts: int, bp: int) -> GemvConfig:
-  """Halves block_k (then num_stages) until the tensor-core path's pipelined loads fit.
+def _fit_shared_memory(cfg: GemvConfig, plan: FormatPlan, n_cols: int) -> GemvConfig:
+  """Halves block_k (then num_stages) until the pipelined loads of one program fit.
 
-  Estimate: num_stages * (x parts + weight words of one K step) + the bfloat16 / float16
-  weight tile staged for the dot. Wide batches (Bp = 32, 64) with 3 x parts overflowed the
-  tuned block_k (RESOURCE_EXHAUSTED on the H200 for mxfp4 at batch 33)."""
+  Estimate: num_stages * (word tile + x slices of one K step + scale codes)."""
   pw = plan.per_word
 
   def need(c):
-    step = n_parts * c.block_k * pw * bp * 2 + c.block_rows * c.block_k * 4
-    return c.num_stages * step + c.block_rows * c.block_k * pw * 2
+    step = c.block_rows * c.block_k * 4 + pw * c.block_k * n_cols * 2
+    if plan.scale_kind:
+      step += c.block_rows * (c.block_k // plan.words_per_block)
+    return c.num_stages * step
 
-  while need(cfg) > _SMEM_BUDGET and cfg.block_k > plan.words_per_block and cfg.block_k > 8:
+  floor = max(16, plan.words_per_block)
+  while need(cfg) > _SMEM_BUDGET and cfg.block_k > floor:
     cfg = dataclasses.replace(cfg, block_k=cfg.block_k // 2)
   while need(cfg) > _SMEM_BUDGET and cfg.num_stages > 1:
     cfg = dataclasses.replace(cfg, num_stages=cfg.num_stages - 1)
   return cfg
 
 
-def _prep_x_fma(x: jax.Array, plan: FormatPlan, kw_pad: int):
-  """x planes (B, pw, kw_pad[/wpb, wpb]) float32 and the per-row factor 2^fold."""
-  n_b, k = x.shape
-  pw = plan.per_word
+_BF16_PARTS = {jnp.dtype(jnp.float32): 3, jnp.dtype(jnp.float16): 2,
+               jnp.dtype(jnp.bfloat16): 1}
+
+
+def _n_slots(xdt, operand) -> int:
+  """Column slots of x's exact parts as `operand` (a power of two)."""
+  if operand == jnp.bfloat16:
+    return _next_pow2(_BF16_PARTS[jnp.dtype(xdt)])
+  return 1 if jnp.dtype(xdt) == jnp.float16 else 2
+
+
+def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array]:
+  """x (B, k) -> its exact parts (P, B, k) as `operand` (float16 / bfloat16), and per-row
+  exponents s (x was multiplied by 2^s before the split; 0 where it was not scaled)."""
+  n_b = x.shape[0]
   x32 = x.astype(jnp.float32)
-  s = jnp.zeros((n_b,), jnp.int32)
-  fold = -unpack.f16_route_log2(plan.elem)
-  if plan.scale_kind == "e4m3":
-    fold -= unpack.f16_route_log2(E4M3)
-  xp = jnp.pad(x32, ((0, 0), (0, kw_pad * pw - k))).reshape(n_b, kw_pad, pw)
-  xin = jnp.transpose(xp, (0, 2, 1))                            # (B, pw, kw_pad)
-  if plan.scale_kind:
-    wpb = plan.words_per_block
-    xin = xin.reshape(n_b, pw, kw_pad // wpb, wpb)
-  return xin, _exp2_exact(fold - s)
+  zero = jnp.zeros((n_b,), jnp.int32)
+  if operand == jnp.bfloat16:
+    return split_bf16_parts(x32, _BF16_PARTS[jnp.dtype(x.dtype)]), zero
+  if jnp.dtype(x.dtype) == jnp.float16:
+    return x[None], zero                                   # exact, one part
+  s = _F16_X_EXP - _row_exponents(x32)
+  return split_f16_parts(_scale_pow2(x32, s)), s
 
 
-def _prep_x_dot(x: jax.Array, plan: FormatPlan, kw_pad: int, bp: int):
-  """x parts (P, kw_pad * pw, Bp) as tensor-core operands, and the column factor."""
+def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: int):
+  """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the per-column factor
+  2^(fold - s_b) (bp,).
+
+  Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); plane i's slice
+  holds the elements per_word * j + i. Slots are a power of two (a float32 x's 3 bfloat16
+  parts get a zero 4th)."""
   n_b, k = x.shape
-  pw = plan.per_word
-  x32 = jnp.pad(x.astype(jnp.float32), ((0, bp - n_b), (0, kw_pad * pw - k)))
-  fold = -unpack.f16_route_log2(plan.elem) - _dot_scale_fold_log2(plan)
-  if plan.scale_kind == "e4m3":
-    fold -= unpack.f16_route_log2(E4M3)
-  if _dot_operand_dtype(plan) == jnp.bfloat16:
-    parts = split_bf16_parts(x32, _X_PARTS[jnp.dtype(x.dtype)])
-    s = jnp.zeros((bp,), jnp.int32)
-  elif jnp.dtype(x.dtype) == jnp.float16:
-    parts = x32.astype(jnp.float16)[None]                      # exact, one part
-    s = jnp.zeros((bp,), jnp.int32)
-  else:
-    s = _F16_X_EXP - _row_exponents(x32)
-    parts = split_f16_parts(_scale_pow2(x32, s))
-  return jnp.transpose(parts, (0, 2, 1)), _exp2_exact(fold - s)
+  parts, s = _x_parts(x, operand)
+  n_slots = _n_slots(x.dtype, operand)
+  parts = jnp.pad(parts, ((0, n_slots - parts.shape[0]), (0, bp - n_b),
+                          (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
+  xp = parts.reshape(n_slots * bp, kw_pad, per_word)
+  xin = jnp.transpose(xp, (2, 1, 0))                      # (pw, kw_pad, n_slots * bp)
+  return xin, _exp2_exact(fold - jnp.pad(s, (0, bp - n_b)))
 
 
 @functools.partial(jax.jit, static_argnames=("plan", "n_out", "k", "config", "interpret"))
@@ -591,47 +560,41 @@ def gemv_pallas(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   kw = data.shape[1]
   cfg = config if config is not None else gemv_config(plan.format, n_b)
   cfg = _effective_config(cfg, plan, n_out, kw)
-  if n_out * kw >= 2**31:
-    raise ValueError("W has more than 2^31 words; the kernel uses int32 offsets")
-  if cfg.path == "dot":
-    bp = max(16, _next_pow2(n_b))
-    n_x_parts = (_X_PARTS[jnp.dtype(x.dtype)] if _dot_operand_dtype(plan) == jnp.bfloat16
-                 else 1 if jnp.dtype(x.dtype) == jnp.float16 else 2)
-    cfg = _fit_shared_memory(cfg, plan, n_x_parts, bp)
-  br, bk = cfg.block_rows, cfg.block_k
+  if n_out * kw >= 2**31 or n_b * n_out >= 2**31:
+    raise ValueError("W or y has more than 2^31 elements; the kernel uses int32 offsets")
+  mx = plan.scale_kind == "e8m0"
+  operand = _operand_dtype(plan)
+  n_slots = _n_slots(x.dtype, operand)
+  n_slots_exact = _n_slots(x.dtype, jnp.bfloat16) if mx else n_slots
+  # Batch rows padded to a power of two; the dots need N = n_slots * bp >= 8.
+  bp = max(_next_pow2(n_b), 8 // min(n_slots, n_slots_exact))
+  cfg = _fit_shared_memory(cfg, plan, max(n_slots, n_slots_exact) * bp)
+  kw_pad = pl.cdiv(kw, cfg.block_k) * cfg.block_k
+  pw = plan.per_word
+  br = cfg.block_rows
   n_prog = pl.cdiv(n_out, br)
-  kw_pad = pl.cdiv(kw, bk) * bk
-
-  if cfg.path == "dot":
-    xin, factor = _prep_x_dot(x, plan, kw_pad, bp)
-    assert xin.shape[0] == n_x_parts
-    n_parts = xin.shape[0]
-    out_rows = n_acc = bp
-  else:
-    xin, factor = _prep_x_fma(x, plan, kw_pad)
-    n_parts = 1
-    out_rows = n_acc = n_b
 
   operands = [data.reshape(-1)]
   nbk = 0
   if plan.scale_kind:
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
-  operands += [xin, factor]
+  operands += list(_prep_x(x, pw, kw_pad, operand, _fold_log2(plan), bp))
+  if mx:    # the exact fallback's operands: bfloat16 parts, undoing the route at the end
+    operands += list(_prep_x(x, pw, kw_pad, jnp.bfloat16, -unpack.f16_route_log2(plan.elem),
+                             bp))
   if plan.has_tensor_scale:
     operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
 
   kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
-                             n_b=n_acc, n_parts=n_parts)
+                             n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact)
   out = pl.pallas_call(
       kernel,
-      out_shape=jax.ShapeDtypeStruct((out_rows, n_prog * br), x.dtype),
+      out_shape=jax.ShapeDtypeStruct((n_b * n_out,), x.dtype),
       grid=(n_prog,),
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
                                            num_stages=cfg.num_stages),
       interpret=interpret,
-      name=f"fp8lab_gemv_{plan.format}_{cfg.path}",
+      name=f"fp8lab_gemv_{plan.format}",
   )(*operands)
-  if out.shape != (n_b, n_out):
-    out = out[:n_b, :n_out]
-  return out
+  return out.reshape(n_b, n_out)

@@ -18,9 +18,10 @@ subnormal code stays subnormal in float16 with the same mantissa. This factor,
 `f16_route_log2(fmt)` (e4m3: -8, e5m2: 0, e2m1: -14), is folded into one final scale per
 output instead of a multiply per element. Specials: e5m2 has float16's exponent width, so
 its Inf / NaN codes land on float16 Inf / NaN as they are. e4m3's NaN codes (magnitude
-0x7F) land on the finite float16 480 * 2^-8; `nan_byte_flags` detects them per word instead
-and the kernel turns the row's result into NaN (any NaN weight makes the reference row NaN).
-e2m1 has no specials.
+0x7F) would land on the finite float16 480 * 2^-8: adding 1 at the magnitude's lowest bit
+carries into float16 bit 14 exactly for an all-ones magnitude, and OR-ing that carry bit in
+sets the exponent field to all ones (mantissa 0x380): a float16 NaN (two integer ops per
+pair). e2m1 has no specials.
 
 Pairs. Codes i and i + per_word/2 of a word are 16 bits apart, so one shift and one mask
 move both into float16 position at once (low half: code i, high half: code i + per_word/2),
@@ -38,12 +39,10 @@ from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "f16_halves_to_f32", "decode_planes",
            "decode_planes_16bit",
-           "nan_byte_flags", "NAN_FLAG_MASK", "needs_nan_flags", "e8m0_scale_to_f32",
+           "e8m0_scale_to_f32", "e4m3_scale_to_f16",
            "e4m3_scale_to_f32"]
 
 _U = np.uint32
-# Bit 7 of every byte: where nan_byte_flags marks a NaN byte.
-NAN_FLAG_MASK = _U(0x80808080)
 
 
 def _shl(words: jax.Array, shift: int) -> jax.Array:
@@ -75,7 +74,8 @@ def f16_pair_bits(words: jax.Array, fmt: ElementFormat, pair: int) -> jax.Array:
     pair: 0 <= pair < per_word / 2.
 
   Returns:
-    uint32 words holding two float16 patterns, each value * 2^f16_route_log2(fmt).
+    uint32 words holding two float16 patterns, each value * 2^f16_route_log2(fmt)
+    (NaN codes: a float16 NaN).
   """
   assert fmt.minifloat and fmt.exponent_bits <= F16.exponent_bits, fmt
   bits = fmt.bits
@@ -88,7 +88,13 @@ def f16_pair_bits(words: jax.Array, fmt: ElementFormat, pair: int) -> jax.Array:
   sign_mask = _U(0x80008000)
   if shift_mag == shift_sign:                          # e5m2: the byte is already in place
     return _shl(words, shift_mag) & _U(mag_mask | sign_mask)
-  return (_shl(words, shift_mag) & mag_mask) | (_shl(words, shift_sign) & sign_mask)
+  mag = _shl(words, shift_mag) & mag_mask
+  bits_ = mag | (_shl(words, shift_sign) & sign_mask)
+  if _nan_is_all_ones(fmt):
+    # +1 at the magnitude's lsb carries into bit 14 (30) only for an all-ones magnitude.
+    lsb = _U((1 << target) | (1 << (target + 16)))
+    bits_ = bits_ | ((mag + lsb) & _U(0x40004000))
+  return bits_
 
 
 def f16_halves_to_f32(pair_bits: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -106,8 +112,8 @@ def f16_halves_to_f32(pair_bits: jax.Array) -> tuple[jax.Array, jax.Array]:
 def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
   """Decodes every code of the words: plane i holds code i of each word, as float32.
 
-  Minifloats come out as value * 2^f16_route_log2(fmt) (e4m3 NaN codes as a finite number:
-  combine with `nan_byte_flags`); f16 / bf16 halves come out as their exact values.
+  Minifloats come out as value * 2^f16_route_log2(fmt) (NaN codes as NaN); f16 / bf16
+  halves come out as their exact values.
   """
   per_word = fmt.per_word
   if fmt is BF16:
@@ -127,7 +133,7 @@ def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
 
 def decode_planes_16bit(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
   """Plane i = code i of each word as float16 (minifloats: value * 2^f16_route_log2(fmt),
-  e4m3 NaN codes finite) or, for "bf16" words, as bfloat16; no float arithmetic at all.
+  NaN codes as NaN) or, for "bf16" words, as bfloat16; no float arithmetic at all.
   For tensor-core operands."""
   if fmt is BF16:
     to16 = lambda h: lax.bitcast_convert_type(h, jnp.bfloat16)
@@ -144,26 +150,12 @@ def decode_planes_16bit(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]
   return planes  # type: ignore[return-value]
 
 
-def needs_nan_flags(fmt: ElementFormat) -> bool:
-  """Whether the float16 route maps some NaN codes of `fmt` to finite values (e4m3)."""
-  return fmt.minifloat and bool(fmt.nan_codes) and fmt.exponent_bits < F16.exponent_bits
-
-
-def nan_byte_flags(words: jax.Array, fmt: ElementFormat, acc: jax.Array | None = None
-                   ) -> jax.Array:
-  """OR-accumulated NaN marks: bit 7 of byte j of the result is set if byte j of some word
-  is a NaN code of `fmt` (test with NAN_FLAG_MASK at the end; the other bits are junk).
-
-  For 8-bit formats whose NaN magnitude is all-ones (e4m3: 0x7F / 0xFF). Adding 1 to a
-  byte flips its bit 7 exactly for 0x7F (-> 0x80) and 0xFF (-> 0x00, carrying out), so
-  bit 7 of (w + 0x01010101) ^ w marks the NaN bytes. A carry out of a 0xFF byte can mark
-  the byte above it as well, but only in a word that holds a NaN, so a row's verdict (any
-  NaN?) is exact. Two integer ops per word (an add, and one 3-input logic op with `acc`).
-  """
+def _nan_is_all_ones(fmt: ElementFormat) -> bool:
+  """Whether `fmt`'s NaN codes are exactly its all-ones magnitudes and its exponent is
+  narrower than float16's (e4m3), so the float16 route needs the NaN carry fix."""
   mag_max = (1 << (fmt.bits - 1)) - 1
-  assert fmt.bits == 8 and {c & mag_max for c in fmt.nan_codes} == {mag_max}, fmt
-  marks = (words + _U(0x01010101)) ^ words
-  return marks if acc is None else acc | marks
+  return (bool(fmt.nan_codes) and fmt.exponent_bits < F16.exponent_bits
+          and {c & mag_max for c in fmt.nan_codes} == {mag_max})
 
 
 def e8m0_scale_to_f32(codes: jax.Array) -> jax.Array:
@@ -181,12 +173,20 @@ def e8m0_scale_to_f32(codes: jax.Array) -> jax.Array:
 
 def e4m3_scale_to_f32(codes: jax.Array) -> jax.Array:
   """E4M3 scale codes (uint8 or wider) -> float32 value * 2^f16_route_log2(E4M3); NaN codes
-  (0x7F / 0xFF) -> NaN. Used per block, so the per-code NaN test costs nothing."""
+  (0x7F / 0xFF) -> NaN (the float16 route's NaN fix)."""
   c = codes.astype(jnp.uint32)
   # Place the byte as code 1 of a pair so that its float16 pattern is the low half.
   lo, _ = f16_halves_to_f32(f16_pair_bits(c << _U(8), E4M3, 1))
-  mag_max = (1 << (E4M3.bits - 1)) - 1
-  return jnp.where((c & _U(mag_max)) == _U(E4M3.nan_code), jnp.float32(jnp.nan), lo)
+  return lo
+
+
+def e4m3_scale_to_f16(codes: jax.Array) -> jax.Array:
+  """E4M3 scale codes (uint8 or wider) -> their true values as float16 (exact: every E4M3
+  value is a float16); NaN codes -> NaN. The float16-route pattern (value * 2^-8, a float16
+  subnormal for the smallest codes) times 2^8 in float16, which is exact."""
+  c = codes.astype(jnp.uint32)
+  bits = (f16_pair_bits(c << _U(8), E4M3, 1) & _U(0xFFFF)).astype(jnp.uint16)
+  return lax.bitcast_convert_type(bits, jnp.float16) * jnp.float16(2.0 ** -f16_route_log2(E4M3))
 
 
 assert E8M0.nan_code == 0xFF and E4M3.nan_code == 0x7F
