@@ -338,6 +338,19 @@ def time_op(run: Run, *, op: str, fmt_label: str, size: str, batch: int, ws: lis
     row["time_us"] = t.median_us
     row["GBps"] = row["bytes_needed"] / (t.median_us * 1e-6) / 1e9
     row["pct_copy_bw"] = 100.0 * row["GBps"] / copy_gbps if copy_gbps else None
+    if jax.default_backend() == "gpu":
+      # Device time of the kernels alone (profiler): all kernels of one op (x preparation
+      # included), and the fp8lab GEMV kernel by itself.
+      try:
+        runs = 3
+        dev = timing.device_kernel_times(compiled, args, runs=runs)
+      except Exception as e:  # pylint: disable=broad-except
+        dev, row["device_error"] = None, f"{type(e).__name__}: {e}"[:300]
+      if dev:
+        row["device_us_per_op"] = sum(map(sum, dev.values())) / (runs * copies)
+        row["kernels_per_op"] = sum(map(len, dev.values())) / (runs * copies)
+        gemv = [d for name, ds in dev.items() if "fp8lab_gemv" in name for d in ds]
+        row["gemv_kernel_us"] = float(np.median(gemv)) if gemv else None
     row["status"] = "ok"
     del compiled
   except Exception as e:  # pylint: disable=broad-except
@@ -573,7 +586,7 @@ def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
                            r["op"] not in XLA_OPS, fmt_order.get(r["format"], -1),
                            op_order[r["op"]]))
   head = (f"{'format':<14} {'size':>12} {'batch':>5} {'op':<9} {'time us':>9} {'GB/s':>8} "
-          f"{'%copy':>6} {'vs f32':>7} {'vs e4m3':>7} {'agree':>8}")
+          f"{'%copy':>6} {'vs f32':>7} {'vs e4m3':>7} {'agree':>8} {'dev us':>7} {'kern us':>7}")
   lines = [head, "-" * len(head)]
   for r in rows:
     agree = r.get("max_rel_diff_vs_reference")
@@ -582,7 +595,8 @@ def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
         f"{r['format']:<14} {r['size']:>12} {r['batch']:>5} {r['op']:<9} "
         f"{r['time_us']:9.2f} {r['GBps']:8.1f} {_fmt(r.get('pct_copy_bw'), '6.1f')} "
         f"{_fmt(r.get('speedup_vs_xla_f32'), '7.2f')} {_fmt(r.get('speedup_vs_xla_e4m3'), '7.2f')} "
-        f"{(_fmt(agree, '8.1e') + flag) if agree is not None else '-':>8}")
+        f"{(_fmt(agree, '8.1e') + flag) if agree is not None else '-':>8} "
+        f"{_fmt(r.get('device_us_per_op'), '7.1f')} {_fmt(r.get('gemv_kernel_us'), '7.1f')}")
   errors = [r for r in doc["rows"] if r.get("status") == "error"]
   cb = doc.get("copy_bandwidth", {})
   mach = doc.get("machine", {})

@@ -295,8 +295,8 @@ def candidates(name: str, batch: int, sweep: str) -> list[G.GemvConfig]:
   wpb = plan_of(name).words_per_block
   C = G.GemvConfig
   if sweep == "small":
-    out += [C(64, 64, 4, 3), C(64, 32, 4, 3), C(64, 128, 4, 3), C(128, 64, 8, 3),
-            C(32, 64, 4, 3), C(64, 64, 4, 2), C(64, 64, 4, 4), C(128, 32, 4, 3)]
+    out += [C(64, 64, 4, 3), C(64, 32, 4, 3), C(64, 32, 4, 4), C(128, 32, 8, 3),
+            C(128, 64, 8, 3), C(32, 64, 2, 3), C(64, 64, 4, 2), C(64, 128, 4, 2)]
   elif sweep == "large":
     out += [C(br, bk, nw, ns) for br in (32, 64, 128) for bk in (32, 64, 128)
             for nw in (4, 8) for ns in (2, 3, 4) if br * bk <= 128 * 64]

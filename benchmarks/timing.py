@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = ["Timing", "choose_copies", "compile_unrolled", "time_compiled",
-           "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "METHOD"]
+           "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "device_kernel_times",
+           "METHOD"]
 
 METHOD = (
     "per-op time = median over reps of the host time of one compiled call that applies the op "
@@ -144,3 +145,28 @@ def count_hlo_ops(hlo_text: str) -> dict[str, int]:
       # An interpret-mode Pallas kernel is a while loop over its grid (one per copy).
       "while": len(re.findall(r"\bwhile\(", hlo_text)),
   }
+
+
+def device_kernel_times(compiled, args: Any, *, runs: int = 3) -> dict[str, list[float]] | None:
+  """GPU kernel durations (us) by kernel name over `runs` calls of `compiled(args)`.
+
+  Read from JAX's profiler (CUPTI activity records of the GPU streams), so they are device
+  times with no host dispatch in them. None when the trace has no GPU stream (a CPU run, or
+  a profiler that could not start)."""
+  from jax._src.lib import _profiler            # pylint: disable=import-outside-toplevel
+  from jax.profiler import ProfileData          # pylint: disable=import-outside-toplevel
+  jax.block_until_ready(compiled(args))
+  session = _profiler.ProfilerSession(_profiler.ProfileOptions())
+  for _ in range(runs):
+    jax.block_until_ready(compiled(args))
+  data = ProfileData.from_serialized_xspace(session.stop())
+  out: dict[str, list[float]] = {}
+  for plane in data.planes:
+    if not plane.name.startswith("/device:GPU"):
+      continue
+    for line in plane.lines:
+      if not line.name.lower().startswith("stream"):
+        continue
+      for ev in line.events:
+        out.setdefault(ev.name, []).append(ev.duration_ns / 1e3)
+  return out or None

@@ -111,13 +111,17 @@ def _cfg(br, bk, nw=4, ns=3):
 
 
 # Launch configurations per format and batch bucket (the smallest bucket >= the batch
-# applies; the largest bucket above it). Data, not code: benchmarks/gpu_tune.py measures
-# candidates on the H200 and these are its winners (BUILD.md names the run). Wide batches
-# make the x tile of a K step large, so their buckets take shorter K steps.
-_SMALL = _cfg(64, 64, 4, 3)
+# applies; the largest bucket above it). Data, not code: chosen on the H200 from
+# benchmarks/probe_configs.py (benchmarks/results/gemv_configs_h200_20261130.json: three
+# candidates per format at 16384^2, batches 1 and 16, end-to-end and kernel-only times).
+# 4-bit formats at batch 16 prefer shorter K steps (fewer registers: more programs per SM);
+# wide batches make the x tile of a K step large, so batch 64 takes shorter K steps too.
+_B64 = _cfg(64, 32, 4, 2)
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
-    name: {16: _SMALL, 64: _cfg(64, 32, 4, 2)}
-    for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16", "bf16")
+    **{name: {16: _cfg(64, 64, 4, 3), 64: _B64}
+       for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "f16", "bf16")},
+    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _B64},
+    "nvfp4": {16: _cfg(64, 32, 4, 4), 64: _B64},
 }
 
 
