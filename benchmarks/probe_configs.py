@@ -12,7 +12,7 @@ winners are DEFAULT_CONFIGS in fp8lab/kernels/gemv.py.
 import sys, os, time, functools, json, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import jax, jax.numpy as jnp, numpy as np
+import jax, jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 from benchmarks import timing

@@ -1,0 +1,35 @@
+"""Probe: rows per program (block_rows, num_warps) against the GEMV kernel's device time.
+
+For e4m3 and nvfp4 at 16384 x 16384 and 4096 x 14336 (n_out x k), batches 1 and 16: the
+median device time of the fp8lab_gemv kernel (profiler, benchmarks/timing.py
+device_kernel_times) over 3 calls of 8 distinct weight copies each, after 20 warm-up calls.
+Output: one line per (format, shape, batch), "(block_rows, block_k, num_warps, num_stages):
+microseconds". Results: benchmarks/results/gemv_rowblocks_h200_20261130.txt.
+
+  PYTHONPATH=. python3 benchmarks/probe_rowblocks.py       # on the GPU
+"""
+import sys, os, warnings; warnings.filterwarnings("ignore")
+sys.path.insert(0, os.getcwd())
+import jax, numpy as np
+from benchmarks import timing
+from benchmarks.gpu_tune import random_weight, plan_of
+from fp8lab.kernels import gemv as G
+R = 8
+for name, n, k, cfgs in (("e4m3", 16384, 16384, [(64,64,4,3),(32,64,2,3),(16,64,1,3)]),
+                         ("nvfp4", 16384, 16384, [(64,32,4,4),(32,32,2,4),(16,32,1,4),(16,64,1,3)]),
+                         ("e4m3", 4096, 14336, [(64,64,4,3),(32,64,2,3),(16,64,1,3)]),
+                         ("nvfp4", 4096, 14336, [(64,32,4,4),(32,32,2,4),(16,32,1,4)])):
+  ws = [random_weight(jax.random.key(i), name, n, k) for i in range(R)]
+  for B in (1, 16):
+    xs = [jax.random.normal(jax.random.key(100 + i), (B, k)) for i in range(R)]
+    res = []
+    for c in cfgs:
+      cfg = G.GemvConfig(*c); plan = plan_of(name)
+      f = lambda w, s, t, x, cfg=cfg: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
+      comp = timing.compile_unrolled(f, [w + (x,) for w, x in zip(ws, xs)])
+      args = [w + (x,) for w, x in zip(ws, xs)]
+      for _ in range(20): jax.block_until_ready(comp(args))
+      dev = timing.device_kernel_times(comp, args, runs=3)
+      g = [d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]
+      res.append(f"{c}: {np.median(g):6.1f}")
+    print(f"{name} {n}x{k} B{B}: " + "  ".join(res), flush=True)
