@@ -3,7 +3,7 @@
 #   1. the GEMV tests compiled on the GPU (FP8LAB_GPU_TESTS=1), log in $OUT/test_gemv_gpu.log;
 #   2. the benchmark, JSON in $OUT/gemv_h200_<date>.json, log in $OUT/bench_gemv.log;
 #   3. a short table last: 16384x16384, batches 1 and 16.
-# It ends within GPU_RUN_LIMIT_S (default 530 s; a device call may run 600 s): the tests get at
+# It ends within GPU_RUN_LIMIT_S (default 560 s; a device call may run 600 s): the tests get at
 # most GPU_RUN_TEST_TIMEOUT_S, the benchmark gets what is left, stops starting new work when its
 # budget is spent (work is ordered by priority, see PLAN) and rewrites its JSON after every row,
 # so a cut-short run still returns what it finished.
@@ -26,8 +26,8 @@ mkdir -p "$OUT"
 export PYTHONPATH=".${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-LIMIT_S=${GPU_RUN_LIMIT_S:-530}
-TEST_TIMEOUT_S=${GPU_RUN_TEST_TIMEOUT_S:-150}
+LIMIT_S=${GPU_RUN_LIMIT_S:-560}
+TEST_TIMEOUT_S=${GPU_RUN_TEST_TIMEOUT_S:-240}
 TAG=${GPU_RUN_TAG:-h200}
 DATE=$(date -u +%Y%m%d_%H%M%S)
 JSON="$OUT/gemv_${TAG}_${DATE}.json"

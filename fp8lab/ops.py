@@ -138,7 +138,7 @@ def _forward(w, x: jax.Array, implementation: str, interpret: bool) -> jax.Array
   lead = x.shape[:-1]
   k, n_out = w.shape[1], w.shape[0]
   # A rotated x is no longer exactly representable in a 16-bit x dtype: it goes to the
-  # kernel in float32 (3 bfloat16 parts on the tensor-core path), rounded once at the end.
+  # kernel in float32 (split there into exact float16 or bfloat16 parts), rounded once at the end.
   xr = _rotate_x(w, x)
   x2 = xr.reshape(-1, k)
   if x2.shape[0] == 0:

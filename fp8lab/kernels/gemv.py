@@ -32,10 +32,18 @@ Operands (every product is exact in float32; jnp.dot accumulates in float32):
     (<= 2^-25 * 2^e absolutely where x is below float16's normal range).
   * NVFP4: float16 code (value * 2^-14) times the E4M3 block scale's value as a float16,
     multiplied in float16: exact (<= 6 significant bits, >= 2^-24); S_dec at the end.
-  * MX (E8M0 scales): float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
+  * MX (E8M0 scales), fast path: per K step and row, m = the largest scale code; each block
+    gets the float16 factor 2^(c - m) (times 2^-route), so that code * factor = value *
+    2^(c - m), exact in float16 for drops c - m >= -_MX_SPREAD (23 / 15 / 8 binades for
+    e2m1 / e4m3 / e5m2 elements); x as the float16 parts above; the step's dot result is
+    multiplied by 2^(m - 127) (exact in float32) before it is added to the accumulator.
+    A block further below m ("far") gets factor 0; if it holds a nonzero code, or a scale is
+    the E8M0 NaN code, the program recomputes its rows in an exact fallback loop:
+  * MX fallback: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
     <= 4 significant bits; values below 2^-133, only with scale codes < ~10, may lose bits).
-    bf16 weights: bfloat16 planes as stored. x as bfloat16 parts cut by masking that sum to
-    it exactly: 3 for float32 (4 slots, one zero), 2 for float16, 1 for bfloat16.
+    bf16 weights use the same operand: bfloat16 planes as stored. x as bfloat16 parts cut by
+    masking that sum to it exactly: 3 for float32 (4 slots, one zero), 2 for float16, 1 for
+    bfloat16.
 The x parts are cut with integer ops, never by float round trips that XLA may elide
 (NUMERICS.md section 9). Epilogue, per output y[b, r]:
     hi = acc[r, slot 0 of b],  lo = sum of the other slots of b
@@ -45,8 +53,9 @@ gives Inf, not Inf * 0 = NaN. Against the reference, which rounds each dequantiz
 to float32 and sums in jnp.dot's order, this differs in the order of the float32 additions,
 the x split (4u per product) and the place of the single final scale rounding:
 |y - y_exact| <= (k + 7) u sum|w x| + u |y| (u = 2^-24) unless an intermediate overflows or
-underflows; the tensor cores' float32 accumulation truncates instead of rounding, so the
-tests allow twice the addition term.
+underflows (the MX fast path adds one exact power-of-two scaling and one addition per K step,
+inside the k additions); the tensor cores' float32 accumulation truncates instead of
+rounding, so the tests allow twice the addition term.
 
 NaN: every NaN code (e4m3 0x7F / 0xFF through the float16 route's NaN fix, e5m2's NaN
 codes, E8M0 scale 0xFF, E4M3 scale NaN codes) decodes to a NaN operand, which the dot
@@ -425,7 +434,7 @@ def _scale_pow2(x: jax.Array, s: jax.Array) -> jax.Array:
   return x * _exp2_exact(s1)[:, None] * _exp2_exact(s2)[:, None]
 
 
-# Target exponent of max|x| for the dot path's float16 parts: max in [2^14, 2^15) < 65504.
+# Target exponent of max|x| for x's float16 parts: max in [2^14, 2^15) < 65504.
 _F16_X_EXP = 14
 
 
