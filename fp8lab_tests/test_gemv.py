@@ -299,6 +299,39 @@ def test_mx_block_scales_far_apart(name, spread):
   np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("name", ["e4m3", "mxfp4", "nvfp4", "bf16"])
+@pytest.mark.parametrize("xdt", [jnp.float32, jnp.bfloat16])
+def test_x_dynamic_range_inf_and_nan(name, xdt):
+  """x rows the float16 split must survive: a 2^+-60 spread inside a row, rows scaled by
+  1e30 and 1e-30, a zero row, and rows holding +Inf or NaN. Finite rows: within the bound;
+  rows with Inf / NaN: NaN exactly where the float64 product is NaN, and the same infinities."""
+  fmt, _, block = FORMATS[name]
+  n, k = SHAPE
+  key = jax.random.key(hash(name) % 2**31)
+  kw = {"block_shape": block} if block == (16, 16) else {}
+  w = fp8lab.quantize(jax.random.normal(key, (n, k), jnp.float32) * 3.0, fmt, **kw)
+  rng = np.random.default_rng(11)
+  xv = rng.standard_normal((7, k))
+  xv[0] *= 2.0 ** rng.integers(-60, 61, k)
+  xv[1] *= 1e30
+  xv[2] *= 1e-30
+  xv[3] = 0.0
+  xv[4, k // 3] = np.inf
+  xv[5, k // 2] = np.nan
+  xv[6, :2] = [np.inf, -np.inf]
+  x = jnp.asarray(xv, jnp.float32).astype(xdt)
+  y = np.asarray(_gemv(w, x).astype(jnp.float32), np.float64)
+  xr = np.asarray(x.astype(jnp.float32), np.float64)
+  deq = np.asarray(fp8lab.dequantize(w), np.float64)
+  with np.errstate(invalid="ignore", over="ignore"):
+    y64, bound = _bound(np.nan_to_num(xr, nan=0.0, posinf=0.0, neginf=0.0), deq, xdt)
+    special = xr[4:] @ deq.T
+  np.testing.assert_array_equal(np.isnan(y[4:]), np.isnan(special))
+  np.testing.assert_array_equal(y[4:][np.isinf(special)], special[np.isinf(special)])
+  assert (y[3] == 0).all()
+  assert (np.abs(y[:4] - y64[:4]) <= bound[:4]).all()
+
+
 # ------------------------------------------------------------------ NaN and padding
 
 @pytest.mark.parametrize("name", ["e4m3", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d"])
