@@ -42,6 +42,15 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
     (..., n_out) in x's dtype, accumulated in float32 (the kernel's order of operations
     and error bound: fp8lab/kernels/gemv.py).
 
+  Accuracy of the Pallas kernel: the products are exact and only the float32 additions
+  round, except for one limit of its float16 tensor-core operands: a float32 / bfloat16 x
+  row is scaled so that its largest |x| is about 2^14 and split into two float16 parts, so
+  its elements keep a relative error <= 2^-22 only down to 2^-17 max|x| and an absolute
+  error <= 2^-38 max|x| below that (elements under ~2^-39 max|x| are lost). Only when the
+  small elements carry the result (the large ones meet weights near zero) is this visible;
+  the bound is then |y - y_exact| <= (k + 7) u sum|w x| + 2^-38 max|x| sum|w| + u |y|.
+  float16 x, bf16 weights and the reference path have no such term.
+
   NaN / Inf: a NaN weight (e4m3 / e5m2 NaN code, MX scale 0xFF, NVFP4 NaN scale) makes its
   output row NaN for every x, as in the reference; Inf weights (e5m2) give +-Inf or NaN as
   float32 arithmetic does. NaN or Inf in x propagate as in a float32 dot product.

@@ -55,7 +55,14 @@ the x split (4u per product) and the place of the single final scale rounding:
 |y - y_exact| <= (k + 7) u sum|w x| + u |y| (u = 2^-24) unless an intermediate overflows or
 underflows (the MX fast path adds one exact power-of-two scaling and one addition per K step,
 inside the k additions); the tensor cores' float32 accumulation truncates instead of
-rounding, so the tests allow twice the addition term.
+rounding, so the tests allow twice the addition term. The float16 x window: where a float16
+lo part falls below float16's normal range (elements under 2^-17 max|x_b|), the 2^-22 |x|
+above becomes an absolute 2^-25 * 2^-s_b, and where hi too is a float16 subnormal both
+parts round: 2^-24 * 2^-s_b = 2^(e_b - 38) (e_b = floor(log2 max|x_b|)), which adds
+2^(e_b - 38) sum_j |w_rj| to the bound; elements under ~2^(e_b - 39) vanish. It matters
+only when such small elements carry y (large x elements meeting near-zero weights); float16
+x and the bfloat16 operand paths (bf16 weights, the MX fallback) have no such term. Widening
+the window (a second pair of slots for the small elements) is the known fix.
 
 NaN: every NaN code (e4m3 0x7F / 0xFF through the float16 route's NaN fix, e5m2's NaN
 codes, E8M0 scale 0xFF, E4M3 scale NaN codes) decodes to a NaN operand, which the dot
