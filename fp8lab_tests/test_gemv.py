@@ -370,6 +370,26 @@ def test_x_below_the_float16_window_stays_within_the_documented_bound(name):
   assert (np.abs(y_ref - y64_plain) <= plain).all()
 
 
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "nvfp4"])
+def test_tiny_x_times_small_tensor_scale(name):
+  """x ~ 1e-30 and a tensor scale ~ 1e-7: y ~ 1e-34 is a normal float32, but the power of
+  two that undoes x's scaling times the tensor scale is not (a float32 subnormal, which
+  XLA:CPU flushes to zero). The kernel applies them one after the other; y must stay
+  within the bound."""
+  fmt, _, block = FORMATS[name]
+  n, k = SHAPE
+  key = jax.random.key(13)
+  w = fp8lab.quantize(jax.random.normal(key, (n, k), jnp.float32) * 3e-5, fmt)
+  assert float(w.tensor_scale) < 2.0 ** -16
+  xv = np.asarray(jax.random.normal(jax.random.key(14), (2, k), jnp.float32) * 1e-30,
+                  np.float64)
+  y = np.asarray(_gemv(w, jnp.asarray(xv, jnp.float32)), np.float64)
+  deq = np.asarray(fp8lab.dequantize(w), np.float64)
+  y64, bound = _bound(xv, deq, jnp.float32, name)
+  assert np.abs(y64).min() > 2.0 ** -126                 # every y is a normal float32
+  assert (np.abs(y - y64) <= bound).all()
+
+
 # ------------------------------------------------------------------ NaN and padding
 
 @pytest.mark.parametrize("name", ["e4m3", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d"])

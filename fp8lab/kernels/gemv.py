@@ -380,8 +380,12 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     return acc, bad, nan_row
 
   def epilogue(y, f):
+    # The tensor scale first, then the power of two 2^(fold - s_b): fl(y * ts) is the one
+    # rounding, and the power of two is exact unless the result itself leaves float32's
+    # normal range. (2^(fold - s_b) * ts first could be a float32 subnormal, losing bits
+    # of ts, and XLA:CPU flushes it to zero.)
     if ts_ref is not None:
-      f = f * ts_ref[0]                  # 2^e * ts: exact, so y gets one rounding from it
+      y = y * ts_ref[0]
     return y * f[None, :]
 
   init = (jnp.zeros((br, n_slots * bp), jnp.float32),
