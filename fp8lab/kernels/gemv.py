@@ -179,13 +179,6 @@ class FormatPlan:
   def words_per_block(self) -> int:
     return 1 if self.block_len is None else self.block_len // self.per_word
 
-  def final_scale_log2(self) -> int:
-    """log2 of the power of two that undoes the float16 routes (elements and E4M3 scales)."""
-    e = -unpack.f16_route_log2(self.elem)
-    if self.scale_kind == "e4m3":
-      e -= unpack.f16_route_log2(E4M3)
-    return e
-
 
 _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4": "e4m3"}
 
