@@ -83,7 +83,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 import numpy as np
 
-from fp8lab.formats import E4M3, ElementFormat, get_format
+from fp8lab.formats import ElementFormat, get_format
 from fp8lab.kernels import unpack
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
