@@ -37,10 +37,8 @@ import numpy as np
 
 from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
-__all__ = ["f16_route_log2", "f16_pair_bits", "f16_halves_to_f32", "decode_planes",
-           "decode_planes_16bit",
-           "e8m0_scale_to_f32", "e4m3_scale_to_f16",
-           "e4m3_scale_to_f32"]
+__all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
+           "e8m0_scale_to_f32", "e4m3_scale_to_f16"]
 
 _U = np.uint32
 
@@ -97,57 +95,31 @@ def f16_pair_bits(words: jax.Array, fmt: ElementFormat, pair: int) -> jax.Array:
   return bits_
 
 
-def f16_halves_to_f32(pair_bits: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """Splits uint32 words holding two float16 patterns into two float32 arrays (low, high).
-
-  The float16 -> float32 convert is exact (Inf and NaN kept); on the GPU it is a cheap
-  half-to-single instruction, not an fp8 conversion.
-  """
-  lo = (pair_bits & _U(0xFFFF)).astype(jnp.uint16)
-  hi = (pair_bits >> _U(16)).astype(jnp.uint16)
-  to_f32 = lambda h: lax.bitcast_convert_type(h, jnp.float16).astype(jnp.float32)
-  return to_f32(lo), to_f32(hi)
-
-
-def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
-  """Decodes every code of the words: plane i holds code i of each word, as float32.
-
-  Minifloats come out as value * 2^f16_route_log2(fmt) (NaN codes as NaN); f16 / bf16
-  halves come out as their exact values.
-  """
-  per_word = fmt.per_word
-  if fmt is BF16:
-    # A bfloat16 pattern in the top half of a word is the float32 with that value.
-    lo = lax.bitcast_convert_type(words << _U(16), jnp.float32)
-    hi = lax.bitcast_convert_type(words & _U(0xFFFF0000), jnp.float32)
-    return [lo, hi]
-  if fmt is F16:
-    return list(f16_halves_to_f32(words))
-  half = per_word // 2
-  planes: list[jax.Array | None] = [None] * per_word
-  for pair in range(half):
-    lo, hi = f16_halves_to_f32(f16_pair_bits(words, fmt, pair))
-    planes[pair], planes[pair + half] = lo, hi
-  return planes  # type: ignore[return-value]
+def _halves16(bits: jax.Array, dtype) -> tuple[jax.Array, jax.Array]:
+  """The low and high 16-bit halves of uint32 words, bitcast to `dtype` (float16 /
+  bfloat16): no float arithmetic."""
+  to16 = lambda h: lax.bitcast_convert_type(h.astype(jnp.uint16), dtype)
+  return to16(bits & _U(0xFFFF)), to16(bits >> _U(16))
 
 
 def decode_planes_16bit(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
   """Plane i = code i of each word as float16 (minifloats: value * 2^f16_route_log2(fmt),
   NaN codes as NaN) or, for "bf16" words, as bfloat16; no float arithmetic at all.
   For tensor-core operands."""
-  if fmt is BF16:
-    to16 = lambda h: lax.bitcast_convert_type(h, jnp.bfloat16)
-    return [to16((words & _U(0xFFFF)).astype(jnp.uint16)), to16((words >> _U(16)).astype(jnp.uint16))]
-  to16 = lambda h: lax.bitcast_convert_type(h, jnp.float16)
-  if fmt is F16:
-    return [to16((words & _U(0xFFFF)).astype(jnp.uint16)), to16((words >> _U(16)).astype(jnp.uint16))]
+  if fmt is BF16 or fmt is F16:
+    return list(_halves16(words, jnp.bfloat16 if fmt is BF16 else jnp.float16))
   half = fmt.per_word // 2
   planes: list[jax.Array | None] = [None] * fmt.per_word
   for pair in range(half):
-    pb = f16_pair_bits(words, fmt, pair)
-    planes[pair] = to16((pb & _U(0xFFFF)).astype(jnp.uint16))
-    planes[pair + half] = to16((pb >> _U(16)).astype(jnp.uint16))
+    planes[pair], planes[pair + half] = _halves16(f16_pair_bits(words, fmt, pair),
+                                                  jnp.float16)
   return planes  # type: ignore[return-value]
+
+
+def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
+  """decode_planes_16bit as float32 (an exact convert: Inf and NaN kept; on the GPU a
+  half-to-single instruction, not an fp8 conversion)."""
+  return [p.astype(jnp.float32) for p in decode_planes_16bit(words, fmt)]
 
 
 def _nan_is_all_ones(fmt: ElementFormat) -> bool:
@@ -171,22 +143,14 @@ def e8m0_scale_to_f32(codes: jax.Array) -> jax.Array:
   return lax.bitcast_convert_type(bits, jnp.float32)
 
 
-def e4m3_scale_to_f32(codes: jax.Array) -> jax.Array:
-  """E4M3 scale codes (uint8 or wider) -> float32 value * 2^f16_route_log2(E4M3); NaN codes
-  (0x7F / 0xFF) -> NaN (the float16 route's NaN fix)."""
-  c = codes.astype(jnp.uint32)
-  # Place the byte as code 1 of a pair so that its float16 pattern is the low half.
-  lo, _ = f16_halves_to_f32(f16_pair_bits(c << _U(8), E4M3, 1))
-  return lo
-
-
 def e4m3_scale_to_f16(codes: jax.Array) -> jax.Array:
   """E4M3 scale codes (uint8 or wider) -> their true values as float16 (exact: every E4M3
   value is a float16); NaN codes -> NaN. The float16-route pattern (value * 2^-8, a float16
   subnormal for the smallest codes) times 2^8 in float16, which is exact."""
   c = codes.astype(jnp.uint32)
-  bits = (f16_pair_bits(c << _U(8), E4M3, 1) & _U(0xFFFF)).astype(jnp.uint16)
-  return lax.bitcast_convert_type(bits, jnp.float16) * jnp.float16(2.0 ** -f16_route_log2(E4M3))
+  # Place the byte as code 1 of a pair so that its float16 pattern is the low half.
+  lo, _ = _halves16(f16_pair_bits(c << _U(8), E4M3, 1), jnp.float16)
+  return lo * jnp.float16(2.0 ** -f16_route_log2(E4M3))
 
 
 assert E8M0.nan_code == 0xFF and E4M3.nan_code == 0x7F
