@@ -9,15 +9,13 @@ winners are DEFAULT_CONFIGS in fp8lab/kernels/gemv.py.
 
   OUT=/tmp/out PYTHONPATH=. python3 benchmarks/probe_configs.py      # on the GPU
 """
-import sys, os, time, functools, json, warnings
+import sys, os, time, json, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax, jax.numpy as jnp
-from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as plgpu
 from benchmarks import timing
 from benchmarks.gpu_tune import random_weight, plan_of
-from fp8lab.kernels import gemv as G, unpack
+from fp8lab.kernels import gemv as G
 
 COPIES = int(os.environ.get("COPIES", "32"))
 n = k = 16384
@@ -36,28 +34,7 @@ def kernel_only(name, cfg, n_b):
   """pallas_call with the x operands prepared outside the timed function."""
   plan = plan_of(name)
   def prep(words, scales, ts, x):
-    kw = words.shape[1]
-    c = G._effective_config(cfg, plan, n, kw)
-    mx = plan.scale_kind == "e8m0"
-    operand = G._operand_dtype(plan)
-    ns = G._n_slots(x.dtype, operand)
-    nse = G._n_slots(x.dtype, jnp.bfloat16) if mx else ns
-    bp = max(G._next_pow2(n_b), 8 // min(ns, nse))
-    c = G._fit_shared_memory(c, plan, max(ns, nse) * bp)
-    kw_pad = pl.cdiv(kw, c.block_k) * c.block_k
-    ops = [words.reshape(-1)]
-    if plan.scale_kind:
-      ops.append(scales.reshape(-1))
-    ops += list(G._prep_x(x, plan.per_word, kw_pad, operand, G._fold_log2(plan), bp))
-    if mx:
-      ops += list(G._prep_x(x, plan.per_word, kw_pad, jnp.bfloat16, -unpack.f16_route_log2(plan.elem), bp))
-    if plan.has_tensor_scale:
-      ops.append(jnp.asarray(ts, jnp.float32).reshape(1))
-    kern = functools.partial(G._gemv_kernel, plan=plan, cfg=c, n_out=n, kw=kw, nbk=scales.shape[-1] if plan.scale_kind else 0,
-                             n_b=n_b, n_slots=ns, bp=bp, n_slots_exact=nse if mx else 0)
-    call = lambda *ops: pl.pallas_call(kern, out_shape=jax.ShapeDtypeStruct((n_b * n,), x.dtype), grid=(pl.cdiv(n, c.block_rows),),
-        compiler_params=plgpu.CompilerParams(num_warps=c.num_warps, num_stages=c.num_stages))(*ops)
-    return ops, call
+    return G.gemv_launch(words, scales, ts, x, plan=plan, n_out=n, k=x.shape[-1], config=cfg)
   return prep
 
 def main():

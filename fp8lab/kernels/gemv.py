@@ -87,7 +87,7 @@ from fp8lab.formats import ElementFormat, get_format
 from fp8lab.kernels import unpack
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
-           "gemv_pallas", "split_bf16_parts", "split_f16_parts"]
+           "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts"]
 
 _U = np.uint32
 
@@ -554,6 +554,54 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: in
   return xin, _exp2_exact(fold - jnp.pad(s, (0, bp - n_b)))
 
 
+def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
+                x: jax.Array, *, plan: FormatPlan, n_out: int, k: int,
+                config: GemvConfig | None = None, interpret: bool = False):
+  """The kernel's operands and its launch, apart: `launch(*operands)` is (B * n_out,) in
+  x's dtype. gemv_pallas runs both; benchmarks/probe_configs.py times the launch alone."""
+  del k   # implied by data's shape and x's
+  n_b = x.shape[0]
+  kw = data.shape[1]
+  cfg = config if config is not None else gemv_config(plan.format, n_b)
+  cfg = _effective_config(cfg, plan, n_out, kw)
+  if n_out * kw >= 2**31 or n_b * n_out >= 2**31:
+    raise ValueError("W or y has more than 2^31 elements; the kernel uses int32 offsets")
+  mx = plan.scale_kind == "e8m0"
+  operand = _operand_dtype(plan)
+  n_slots = _n_slots(x.dtype, operand)
+  n_slots_exact = _n_slots(x.dtype, jnp.bfloat16) if mx else 0
+  # Batch rows padded to a power of two; the dots need N = n_slots * bp >= 8.
+  bp = max(_next_pow2(n_b), 8 // min(n_slots, n_slots_exact or n_slots))
+  cfg = _fit_shared_memory(cfg, plan, max(n_slots, n_slots_exact) * bp)
+  kw_pad = pl.cdiv(kw, cfg.block_k) * cfg.block_k
+  pw = plan.per_word
+
+  operands = [data.reshape(-1)]
+  nbk = 0
+  if plan.scale_kind:
+    nbk = scales.shape[-1]
+    operands.append(scales.reshape(-1))
+  operands += list(_prep_x(x, pw, kw_pad, operand, _fold_log2(plan), bp))
+  if mx:    # the exact fallback's operands: bfloat16 parts, undoing the route at the end
+    operands += list(_prep_x(x, pw, kw_pad, jnp.bfloat16, -unpack.f16_route_log2(plan.elem),
+                             bp))
+  if plan.has_tensor_scale:
+    operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
+
+  kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
+                             n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact)
+  launch = pl.pallas_call(
+      kernel,
+      out_shape=jax.ShapeDtypeStruct((n_b * n_out,), x.dtype),
+      grid=(pl.cdiv(n_out, cfg.block_rows),),
+      compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
+                                           num_stages=cfg.num_stages),
+      interpret=interpret,
+      name=f"fp8lab_gemv_{plan.format}",
+  )
+  return operands, launch
+
+
 @functools.partial(jax.jit, static_argnames=("plan", "n_out", "k", "config", "interpret"))
 def gemv_pallas(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
                 x: jax.Array, *, plan: FormatPlan, n_out: int, k: int,
@@ -573,45 +621,6 @@ def gemv_pallas(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   Returns:
     (B, n_out) in x's dtype. Arguments are assumed checked (fp8lab.ops.gemv_packed does).
   """
-  n_b = x.shape[0]
-  kw = data.shape[1]
-  cfg = config if config is not None else gemv_config(plan.format, n_b)
-  cfg = _effective_config(cfg, plan, n_out, kw)
-  if n_out * kw >= 2**31 or n_b * n_out >= 2**31:
-    raise ValueError("W or y has more than 2^31 elements; the kernel uses int32 offsets")
-  mx = plan.scale_kind == "e8m0"
-  operand = _operand_dtype(plan)
-  n_slots = _n_slots(x.dtype, operand)
-  n_slots_exact = _n_slots(x.dtype, jnp.bfloat16) if mx else n_slots
-  # Batch rows padded to a power of two; the dots need N = n_slots * bp >= 8.
-  bp = max(_next_pow2(n_b), 8 // min(n_slots, n_slots_exact))
-  cfg = _fit_shared_memory(cfg, plan, max(n_slots, n_slots_exact) * bp)
-  kw_pad = pl.cdiv(kw, cfg.block_k) * cfg.block_k
-  pw = plan.per_word
-  br = cfg.block_rows
-  n_prog = pl.cdiv(n_out, br)
-
-  operands = [data.reshape(-1)]
-  nbk = 0
-  if plan.scale_kind:
-    nbk = scales.shape[-1]
-    operands.append(scales.reshape(-1))
-  operands += list(_prep_x(x, pw, kw_pad, operand, _fold_log2(plan), bp))
-  if mx:    # the exact fallback's operands: bfloat16 parts, undoing the route at the end
-    operands += list(_prep_x(x, pw, kw_pad, jnp.bfloat16, -unpack.f16_route_log2(plan.elem),
-                             bp))
-  if plan.has_tensor_scale:
-    operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
-
-  kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
-                             n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact)
-  out = pl.pallas_call(
-      kernel,
-      out_shape=jax.ShapeDtypeStruct((n_b * n_out,), x.dtype),
-      grid=(n_prog,),
-      compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
-                                           num_stages=cfg.num_stages),
-      interpret=interpret,
-      name=f"fp8lab_gemv_{plan.format}",
-  )(*operands)
-  return out.reshape(n_b, n_out)
+  operands, launch = gemv_launch(data, scales, tensor_scale, x, plan=plan, n_out=n_out, k=k,
+                                 config=config, interpret=interpret)
+  return launch(*operands).reshape(x.shape[0], n_out)
