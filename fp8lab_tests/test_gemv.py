@@ -387,6 +387,62 @@ def test_tiny_x_times_small_tensor_scale(name):
   assert (np.abs(y - y64) <= bound).all()
 
 
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp4", "mxfp8_e5m2", "nvfp4_2d", "bf16"])
+@pytest.mark.parametrize("k_splits", [2, 8])
+def test_split_k_gives_the_same_exact_sums(name, k_splits):
+  """Programs split along K (the tail step in the last split, partial results added after
+  the kernel in a fixed order) on small integers: every sum is exact, so the result must be
+  the reference's bit for bit, and the same bits twice."""
+  rng = np.random.default_rng(hash((name, k_splits)) % 2**32)
+  n, k = (SHAPE[0], 1000) if not ON_GPU else SHAPE
+  w, deq = _integer_weight(name, n, k, rng)
+  xv = rng.integers(-3, 4, (3, k)).astype(np.float32)
+  cfg = G.GemvConfig(16, 16, 4, 3, k_splits=k_splits)
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None)
+  f = functools.partial(G.gemv_pallas, plan=plan, n_out=n, k=k, config=cfg,
+                        interpret=INTERPRET)
+  y = f(w.data, w.scales, w.tensor_scale, jnp.asarray(xv))
+  np.testing.assert_array_equal(_bits(y), _bits(f(w.data, w.scales, w.tensor_scale,
+                                                  jnp.asarray(xv))))
+  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+
+
+def test_split_k_with_the_mx_exact_path():
+  """Far-apart MX scales send a split's program through the exact loop, which must cover
+  the same K range as its split: even blocks 2^20 with x 2^-40 there, odd blocks 2^-20."""
+  rng = np.random.default_rng(21)
+  n, k = SHAPE[0], 1000
+  w0, _ = _integer_weight("mxfp4", n, k, rng)
+  vals = np.asarray(fp8lab.decode(w0.codes(), "e2m1", jnp.float32), np.float64)
+  nb = -(-k // 32)
+  even = np.arange(nb) % 2 == 0
+  scodes = np.where(even, 127 + 20, 127 - 20)[None, :].repeat(n, 0).astype(np.uint8)
+  deq = vals * np.repeat(2.0 ** (scodes.astype(np.float64) - 127), 32, axis=1)[:, :k]
+  w = QuantizedArray(w0.data, jnp.asarray(scodes), None, format="mxfp4",
+                     element_format="e2m1", shape=(n, k), axis=1, block_shape=(32,),
+                     scale_mode="floor", hadamard=None)
+  xv = (rng.integers(-3, 4, (2, k)) * np.where(np.repeat(even, 32)[:k], 2.0 ** -40, 1.0))
+  xv = xv.astype(np.float32)
+  plan = G.format_plan("mxfp4", "e2m1", (32,), False)
+  for k_splits in (1, 4):
+    y = G.gemv_pallas(w.data, w.scales, None, jnp.asarray(xv), plan=plan, n_out=n, k=k,
+                      config=G.GemvConfig(16, 16, 4, 3, k_splits=k_splits),
+                      interpret=INTERPRET)
+    np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+
+
+def test_k_split_choice():
+  C = G.GemvConfig
+  assert G._k_splits(C(64, 64), n_prog=256, n_steps=64) == 1        # 16384 rows: unsplit
+  assert G._k_splits(C(64, 64), n_prog=64, n_steps=56) == 4         # 4096 x 14336
+  assert G._k_splits(C(64, 64), n_prog=128, n_steps=32) == 2        # 8192^2
+  assert G._k_splits(C(64, 64), n_prog=224, n_steps=16) == 1        # 14336 x 4096: 224 >= 132
+  assert G._k_splits(C(64, 64), n_prog=1, n_steps=6) == 1           # too few steps
+  assert G._k_splits(C(64, 64, k_splits=4), n_prog=999, n_steps=2) == 2
+  with pytest.raises(ValueError, match="k_splits"):
+    C(64, 64, k_splits=3)
+
+
 # ------------------------------------------------------------------ NaN and padding
 
 @pytest.mark.parametrize("name", ["e4m3", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d"])

@@ -102,11 +102,15 @@ class GemvConfig:
       >= 16, a multiple of the words per scale block for block-scaled formats).
     num_warps, num_stages: Triton compiler parameters (num_stages: software-pipelining
       depth of the loads).
+    k_splits: programs per row block along K (power of two; 0: chosen from the shape so
+      that small n_out still fills the GPU). Partial results are added in a fixed order
+      after the kernel, so results stay deterministic.
   """
   block_rows: int
   block_k: int
   num_warps: int = 4
   num_stages: int = 3
+  k_splits: int = 0
 
   def __post_init__(self):
     for name in ("block_rows", "block_k", "num_warps", "num_stages"):
@@ -117,6 +121,9 @@ class GemvConfig:
       v = getattr(self, name)
       if v & (v - 1):
         raise ValueError(f"GemvConfig.{name} must be a power of two, got {v!r}")
+    if (not isinstance(self.k_splits, int) or isinstance(self.k_splits, bool)
+        or self.k_splits < 0 or self.k_splits & (self.k_splits - 1)):
+      raise ValueError(f"GemvConfig.k_splits must be 0 or a power of two, got {self.k_splits!r}")
     if self.block_rows < 16 or self.block_k < 16:
       raise ValueError("GemvConfig needs block_rows >= 16 and block_k >= 16 (tensor-core "
                        f"tiles), got {self.block_rows}, {self.block_k}")
@@ -294,7 +301,8 @@ def _combine_slots(acc: jax.Array, n_slots: int) -> jax.Array:
 
 
 def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, nbk: int,
-                 n_b: int, n_slots: int, bp: int, n_slots_exact: int):
+                 n_b: int, n_slots: int, bp: int, n_slots_exact: int, n_splits: int,
+                 steps_per_split: int):
   """Kernel body; see the module docstring for the arithmetic."""
   mx = plan.scale_kind == "e8m0"
   it = iter(refs)
@@ -348,13 +356,27 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       acc = d if acc is None else acc + d
     return acc
 
+  split = pl.program_id(1) if n_splits > 1 else None
+
   def k_loop(step, init, bk=bk):
+    """The K steps of size bk of this program's split (all of K without splits): full steps
+    unmasked, the tail step (if any) masked."""
     n_full, tail = divmod(kw, bk)
     carry = init
-    if n_full:
-      carry = lax.fori_loop(0, n_full, lambda s, c: step(s, c, False), carry)
+    if split is None:
+      if n_full:
+        carry = lax.fori_loop(0, n_full, lambda s, c: step(s, c, False), carry)
+      if tail:
+        carry = step(n_full, carry, True)
+      return carry
+    per = steps_per_split * (cfg.block_k // bk)        # this loop's steps per split
+    first = split * per
+    last = first + per
+    carry = lax.fori_loop(first, jnp.minimum(last, n_full),
+                          lambda s, c: step(s, c, False), carry)
     if tail:
-      carry = step(n_full, carry, True)
+      mine = (n_full >= first) & (n_full < last)
+      carry = lax.cond(mine, lambda c: step(n_full, c, True), lambda c: c, carry)
     return carry
 
   def main_step(s, carry, masked: bool):
@@ -409,7 +431,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   # Masked-off lanes point past the end of y: on the GPU they store nothing; in interpret
   # mode a masked store rewrites every offset it is given, so no masked-off offset may
   # alias a stored one.
-  offs = jnp.where(ok, b[None, :] * n_out + out_rows[:, None], n_b * n_out)
+  base = 0 if split is None else split * (n_b * n_out)      # this split's partial result
+  offs = jnp.where(ok, base + b[None, :] * n_out + out_rows[:, None], n_splits * n_b * n_out)
   plgpu.store(o_ref.at[offs], y.astype(o_ref.dtype), mask=ok)
 
 
@@ -475,6 +498,28 @@ def split_f16_parts(x: jax.Array) -> jax.Array:
   hi = lax.bitcast_convert_type(lax.bitcast_convert_type(x, jnp.uint32) & _U(0xFFFFE000),
                                 jnp.float32)
   return jnp.stack([hi.astype(jnp.float16), (x - hi).astype(jnp.float16)])
+
+
+# Split K only when the row blocks alone leave SMs idle: fewer programs than the H200's 132
+# SMs. Measured there (benchmarks/results/gemv_splitk_h200_20261130.txt): 4096 x 14336 (64 row
+# blocks) runs 1.4-1.6x faster with 2-8 splits at batches 1 and 16; 14336 x 4096 (224 row
+# blocks) gains nothing from 2 splits and loses with 4-8.
+_SPLIT_BELOW_PROGRAMS = 132
+_TARGET_PROGRAMS = 256
+_MIN_STEPS_PER_SPLIT = 4
+
+
+def _k_splits(cfg: GemvConfig, n_prog: int, n_steps: int) -> int:
+  """Programs per row block along K: cfg.k_splits, or (with fewer than
+  _SPLIT_BELOW_PROGRAMS row blocks) the smallest power of two (<= 8) that brings
+  n_prog * splits to _TARGET_PROGRAMS while each split keeps >= 4 K steps."""
+  if cfg.k_splits:
+    return max(1, min(cfg.k_splits, n_steps))
+  s = 1
+  while (n_prog < _SPLIT_BELOW_PROGRAMS and n_prog * s < _TARGET_PROGRAMS and s < 8
+         and n_steps // (2 * s) >= _MIN_STEPS_PER_SPLIT):
+    s *= 2
+  return s
 
 
 def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) -> GemvConfig:
@@ -588,17 +633,32 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if plan.has_tensor_scale:
     operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
 
+  n_prog = pl.cdiv(n_out, cfg.block_rows)
+  n_steps = pl.cdiv(kw, cfg.block_k)
+  n_splits = _k_splits(cfg, n_prog, n_steps)
+  steps_per_split = pl.cdiv(n_steps, n_splits)
   kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
-                             n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact)
-  launch = pl.pallas_call(
+                             n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact,
+                             n_splits=n_splits, steps_per_split=steps_per_split)
+  call = pl.pallas_call(
       kernel,
-      out_shape=jax.ShapeDtypeStruct((n_b * n_out,), x.dtype),
-      grid=(pl.cdiv(n_out, cfg.block_rows),),
+      out_shape=jax.ShapeDtypeStruct((n_splits * n_b * n_out,),
+                                     x.dtype if n_splits == 1 else jnp.float32),
+      grid=(n_prog,) if n_splits == 1 else (n_prog, n_splits),
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
                                            num_stages=cfg.num_stages),
       interpret=interpret,
       name=f"fp8lab_gemv_{plan.format}",
   )
+  if n_splits == 1:
+    return operands, call
+
+  def launch(*ops):
+    parts = call(*ops).reshape(n_splits, n_b * n_out)
+    y = parts[0]
+    for i in range(1, n_splits):             # a fixed order: deterministic
+      y = y + parts[i]
+    return y.astype(x.dtype)
   return operands, launch
 
 
