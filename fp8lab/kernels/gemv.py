@@ -20,8 +20,10 @@ kernel into per-plane slices (pw, kw_pad, N), zero padded. The N columns hold th
 (padded to a power of two, Bp) once per x *part*: float32 x is not a tensor-core operand, so
 it is cut into parts that sum to it exactly and each part is a slot of Bp columns; one dot
 covers all parts and all batch rows, so a batch of 1..Bp costs the same weight traffic and
-nearly the same time. No atomics, no split K: each output is reduced by one program in a
-fixed order, so results are bitwise deterministic.
+nearly the same time. No atomics: each output is reduced by one program in a fixed order
+or, where K is split (fewer row blocks than SMs, see _k_splits), by one program per split
+whose float32 partials are then added in a fixed order, so results are bitwise
+deterministic.
 
 Operands (every product is exact in float32; jnp.dot accumulates in float32):
   * per-tensor minifloats and f16 weights: float16 planes. Every float16-route code is
