@@ -51,6 +51,12 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   the bound is then |y - y_exact| <= (k + 7) u sum|w x| + 2^-38 max|x| sum|w| + u |y|.
   float16 x, bf16 weights and the reference path have no such term.
 
+  Native fp8 decode: with the environment variable FP8LAB_GEMV_NATIVE_FP8=1 (read at each
+  call) the kernel decodes e4m3 / e5m2 codes (formats "e4m3", "e5m2", "mxfp8",
+  "mxfp8_e5m2") with the GPU's fp8 -> float16 conversion (PTX cvt.rn.f16x2.e4m3x2 /
+  .e5m2x2), fewer instructions than the default integer decode but sm_89+ only (Ada,
+  Hopper and later); same results. Other formats and the reference path ignore it.
+
   NaN / Inf: a NaN weight (e4m3 / e5m2 NaN code, MX scale 0xFF, NVFP4 NaN scale) makes its
   output row NaN for every x, as in the reference; Inf weights (e5m2) give +-Inf or NaN as
   float32 arithmetic does. NaN or Inf in x propagate as in a float32 dot product.
@@ -89,7 +95,9 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
                      f"kernel on the {jax.default_backend()} backend")
   if w.format not in gemv_kernel.DEFAULT_CONFIGS:
     raise ValueError(f"gemv_packed does not know format {w.format!r}")
-  return _gemv(w, x, implementation, interpret)
+  # The native fp8 decode (sm_89+) when FP8LAB_GEMV_NATIVE_FP8=1, read here at each call
+  # (a static argument below, so cached traces of either path stay apart).
+  return _gemv(w, x, implementation, interpret, gemv_kernel.native_fp8_requested())
 
 
 def _rotate_x(w, x: jax.Array) -> jax.Array:
@@ -108,21 +116,21 @@ def _reference(w, x: jax.Array) -> jax.Array:
   return y.astype(x.dtype)
 
 
-def _pallas_2d(w, x2: jax.Array, interpret: bool) -> jax.Array:
+def _pallas_2d(w, x2: jax.Array, interpret: bool, native_fp8: bool) -> jax.Array:
   plan = gemv_kernel.format_plan(w.format, w.element_format, w.block_shape,
-                                 w.tensor_scale is not None)
+                                 w.tensor_scale is not None, native_fp8=native_fp8)
   return gemv_kernel.gemv_pallas(w.data, w.scales, w.tensor_scale, x2, plan=plan,
                                  n_out=w.shape[0], k=w.shape[1], interpret=interpret)
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_pallas(interpret: bool):
+def _batched_pallas(interpret: bool, native_fp8: bool):
   """The kernel call on (B, k) x, with a vmap rule that folds a vmapped x into B (one
   launch) instead of pallas_call's own batching; a vmapped w runs one launch per weight."""
 
   @jax.custom_batching.custom_vmap
   def call(w, x2):
-    return _pallas_2d(w, x2, interpret)
+    return _pallas_2d(w, x2, interpret, native_fp8)
 
   @call.def_vmap
   def rule(axis_size, in_batched, w, x2):
@@ -141,7 +149,8 @@ def _batched_pallas(interpret: bool):
   return call
 
 
-def _forward(w, x: jax.Array, implementation: str, interpret: bool) -> jax.Array:
+def _forward(w, x: jax.Array, implementation: str, interpret: bool,
+             native_fp8: bool) -> jax.Array:
   if implementation == "reference":
     return _reference(w, x)
   lead = x.shape[:-1]
@@ -152,21 +161,21 @@ def _forward(w, x: jax.Array, implementation: str, interpret: bool) -> jax.Array
   x2 = xr.reshape(-1, k)
   if x2.shape[0] == 0:
     return jnp.zeros(lead + (n_out,), x.dtype)
-  y = _batched_pallas(interpret)(w, x2)
+  y = _batched_pallas(interpret, native_fp8)(w, x2)
   return y.reshape(lead + (n_out,)).astype(x.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
-def _gemv(w, x, implementation, interpret):
-  return _forward(w, x, implementation, interpret)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _gemv(w, x, implementation, interpret, native_fp8):
+  return _forward(w, x, implementation, interpret, native_fp8)
 
 
-def _gemv_fwd(w, x, implementation, interpret):
-  return _forward(w, x, implementation, interpret), (w, x)
+def _gemv_fwd(w, x, implementation, interpret, native_fp8):
+  return _forward(w, x, implementation, interpret, native_fp8), (w, x)
 
 
-def _gemv_bwd(implementation, interpret, res, g):
-  del implementation, interpret
+def _gemv_bwd(implementation, interpret, native_fp8, res, g):
+  del implementation, interpret, native_fp8
   w, x = res
   _, vjp = jax.vjp(functools.partial(_reference, w), x)
   (dx,) = vjp(g)

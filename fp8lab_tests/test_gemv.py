@@ -70,6 +70,39 @@ def _gemv(w, x, **kw):
   return fp8lab.gemv_packed(w, x, implementation="pallas", interpret=INTERPRET, **kw)
 
 
+# Formats whose codes the native fp8 decode (FormatPlan.native_fp8) takes.
+NATIVE_NAMES = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2")
+
+
+@pytest.fixture
+def use_native(monkeypatch):
+  """use_native(on): sets or clears FP8LAB_GEMV_NATIVE_FP8 for this test and makes every
+  gemv_pallas call check that its plan uses the native decode exactly when asked (and the
+  format has e4m3 / e5m2 codes). Calls whose trace is cached (same shapes, same static
+  native flag: gemv_packed passes it down as a static argument) do not reach gemv_pallas;
+  returns the plans seen."""
+  real = G.gemv_pallas
+  seen = []
+
+  def set_(on: bool):
+    if on and ON_GPU and float(jax.devices()[0].compute_capability) < 8.9:
+      pytest.skip("the native fp8 decode needs sm_89+")
+    if on:
+      monkeypatch.setenv(G.NATIVE_FP8_ENV, "1")
+    else:
+      monkeypatch.delenv(G.NATIVE_FP8_ENV, raising=False)
+
+    def spy(*a, plan, **kw):
+      assert plan.native_fp8 == (on and plan.elem.name in U.NATIVE_FORMATS), plan
+      seen.append(plan)
+      return real(*a, plan=plan, **kw)
+
+    monkeypatch.setattr(G, "gemv_pallas", spy)
+    return seen
+
+  return set_
+
+
 def _bits(a) -> np.ndarray:
   a = np.asarray(a)
   return a.view({2: np.uint16, 4: np.uint32}[a.dtype.itemsize])
@@ -148,6 +181,41 @@ def test_decode_planes_every_code_every_position(elem_name):
   np.testing.assert_array_equal(_bits(got16[keep]), _bits(want[keep]))
 
 
+@pytest.mark.parametrize("elem_name", ["e4m3", "e5m2"])
+def test_decode_planes_native_every_code_every_position(elem_name):
+  """The native decode (interpret-mode twin of the kernel's prmt + cvt.rn.f16x2.*x2) gives
+  every code's TRUE value as float16, bit for bit against ml_dtypes' fp8 -> float16 cast
+  (subnormals, -0) and the golden decode; NaN codes NaN, e5m2 Inf codes Inf."""
+  f = get_format(elem_name)
+  codes = np.arange(256, dtype=np.uint8)
+  grid = np.stack([np.roll(codes, s) for s in range(f.per_word)], axis=1).reshape(-1)
+  words = fp8lab.pack(jnp.asarray(grid), f)
+  planes = U.decode_planes_native(words, f, interpret=True)
+  assert all(p.dtype == jnp.float16 and p.shape == words.shape for p in planes)
+  got = np.stack([np.asarray(p) for p in planes], -1).reshape(-1)
+  want = grid.view(f.dtype).astype(np.float16)                     # ml_dtypes
+  golden = np.asarray(fp8lab.decode(jnp.asarray(grid), f, jnp.float32))
+  nan = np.isnan(want)
+  assert nan.sum() == len(f.nan_codes) * f.per_word
+  np.testing.assert_array_equal(np.isnan(got), nan)
+  np.testing.assert_array_equal(np.isnan(golden), nan)
+  np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
+  np.testing.assert_array_equal(_bits(got[~nan].astype(np.float32)), _bits(golden[~nan]))
+  assert _bits(got[grid == 0x80]).tolist() == [0x8000] * f.per_word     # -0 stays -0
+
+
+def test_native_plane_asm_pairs_byte_i_of_two_words():
+  """The inline PTX of the compiled native decode: PRMT selector nibbles (i, 4 + i) put
+  byte i of word e (operand $1) low and of word e + 1 ($2) high, then one cvt of the 16
+  bits. (Runs only compiled; the GPU tests check its results.)"""
+  for name in U.NATIVE_FORMATS:
+    f = get_format(name)
+    for i in range(f.per_word):
+      asm = U._native_plane_asm(f, i)
+      assert f"prmt.b32 t, $1, $2, {((4 + i) << 4) | i:#x};" in asm
+      assert f"cvt.rn.f16x2.{name}x2 $0, lo;" in asm
+
+
 @pytest.mark.parametrize("kind", ["e8m0", "e4m3"])
 def test_scale_decoders_every_code(kind):
   c = jnp.arange(256, dtype=jnp.uint8)
@@ -168,13 +236,16 @@ def test_scale_decoders_every_code(kind):
 # Batches 1..64 and the three x dtypes spread over the formats (interpret mode is slow):
 # the batch decides how many columns the dots have (x parts times the batch padded to a
 # power of two, at least 8) and which config bucket applies.
-_EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3])
+# The fp8 formats again with the native decode (FP8LAB_GEMV_NATIVE_FP8=1).
+_EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3], native)
                 for i, name in enumerate(FORMATS)
-                for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4") else 5))]
+                for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4") else 5))
+                for native in ((False, True) if name in NATIVE_NAMES else (False,))]
 
 
-@pytest.mark.parametrize("name,batch,xdt", _EXACT_CASES)
-def test_exact_on_small_integers(name, batch, xdt):
+@pytest.mark.parametrize("name,batch,xdt,native", _EXACT_CASES)
+def test_exact_on_small_integers(name, batch, xdt, native, use_native):
+  use_native(native)
   rng = np.random.default_rng(hash((name, batch)) % 2**32)
   n, k = SHAPE
   w, deq = _integer_weight(name, n, k, rng)
@@ -244,40 +315,52 @@ def test_hadamard_rotated_weights():
   np.testing.assert_allclose(y, np.asarray(x, np.float64) @ deq.T, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("elem_name", ["e2m1", "e4m3", "e5m2"])
-def test_mx_fast_path_factors_are_exact_within_the_spread(elem_name):
+@pytest.mark.parametrize("elem_name,native", [("e2m1", False), ("e4m3", False),
+                                              ("e5m2", False), ("e4m3", True),
+                                              ("e5m2", True)])
+def test_mx_fast_path_factors_are_exact_within_the_spread(elem_name, native):
   """_mx_factors: for every drop d = c - m, the float16 factor is 2^(d - route) and every
-  code's float16-route value times it is exactly value * 2^d (float16 multiply, as in the
-  kernel) down to d = -_MX_SPREAD; further drops are "far" with factor 0."""
+  code's decoded value (float16 route, or the true value when native: route 0) times it is
+  exactly value * 2^d (float16 multiply, as in the kernel) down to d = -_MX_SPREAD; further
+  drops are "far" with factor 0."""
   f = get_format(elem_name)
   spread = G._MX_SPREAD[elem_name]
+  plan = G.format_plan("mxfp8" if f.bits == 8 else "mxfp4", elem_name, (32,), False,
+                       native_fp8=native)
+  assert plan.native_fp8 == native
+  route = G._route_log2(plan)
+  assert route == (0 if native else U.f16_route_log2(f))
   c = np.arange(0, 255, dtype=np.uint8)[None, :]              # m = 254: d = c - 254
-  fac, far, m = G._mx_factors(jnp.asarray(c), f)
+  fac, far, m = G._mx_factors(jnp.asarray(c), f, route)
   fac = np.asarray(fac.astype(jnp.float32), np.float64)[0]
   far = np.asarray(far)[0]
   assert int(m[0]) == 254
   d = c[0].astype(np.int64) - 254
   np.testing.assert_array_equal(far, d < -spread)
-  np.testing.assert_array_equal(fac[~far], 2.0 ** (d[~far] - U.f16_route_log2(f)))
+  np.testing.assert_array_equal(fac[~far], 2.0 ** (d[~far] - route))
   assert (fac[far] == 0).all()
   codes = np.arange(1 << f.bits, dtype=np.uint8)
   vals = np.asarray(fp8lab.decode(jnp.asarray(codes), f, jnp.float32), np.float64)
-  route16 = (vals * 2.0 ** U.f16_route_log2(f)).astype(np.float16)   # exact (tested above)
+  route16 = (vals * 2.0 ** route).astype(np.float16)     # exact (tested above)
   finite = np.isfinite(vals)
   for dd in range(-spread, 1):
-    got = (route16 * np.float16(2.0 ** (dd - U.f16_route_log2(f)))).astype(np.float64)
+    got = (route16 * np.float16(2.0 ** (dd - route))).astype(np.float64)
     np.testing.assert_array_equal(got[finite], vals[finite] * 2.0 ** dd)
 
 
-@pytest.mark.parametrize("name", ["mxfp8", "mxfp8_e5m2", "mxfp4"])
+@pytest.mark.parametrize("name,native", [("mxfp8", False), ("mxfp8_e5m2", False),
+                                         ("mxfp4", False), ("mxfp8", True),
+                                         ("mxfp8_e5m2", True)])
 @pytest.mark.parametrize("spread", ["near", "far", "zero_blocks"])
-def test_mx_block_scales_far_apart(name, spread):
+def test_mx_block_scales_far_apart(name, native, spread, use_native):
   """Block scales far apart within a row, where it matters: even blocks get scale 2^a and
   odd blocks 2^-b, and x is 2^-(a + b) on the even blocks, so both halves contribute alike.
   "near" (a + b = _MX_SPREAD) stays on the fast path, "far" (a + b = 40) needs the exact
   fallback; "zero_blocks": all-zero blocks with scale code 0 beside large ones must add
   exactly 0. Every product is an integer times 2^-b and every sum is exact, so the kernel
-  must match the float64 product bit for bit."""
+  must match the float64 product bit for bit. Native decode too (the fallback keeps the
+  integer route)."""
+  use_native(native)
   rng = np.random.default_rng(hash((name, spread)) % 2**32)
   n, k = SHAPE
   w0, _ = _integer_weight(name, n, k, rng)
@@ -445,9 +528,12 @@ def test_k_split_choice():
 
 # ------------------------------------------------------------------ NaN and padding
 
-@pytest.mark.parametrize("name", ["e4m3", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d"])
+@pytest.mark.parametrize("name,native", [("e4m3", False), ("mxfp8", False), ("mxfp4", False),
+                                         ("nvfp4", False), ("nvfp4_2d", False),
+                                         ("e4m3", True), ("mxfp8", True)])
 @pytest.mark.parametrize("batch", [1, 16])
-def test_nan_weights_make_their_row_nan_and_nothing_else(name, batch):
+def test_nan_weights_make_their_row_nan_and_nothing_else(name, native, batch, use_native):
+  use_native(native)
   rng = np.random.default_rng(7)
   n, k = SHAPE
   nan_row = 5
@@ -461,7 +547,9 @@ def test_nan_weights_make_their_row_nan_and_nothing_else(name, batch):
   np.testing.assert_array_equal(y[:, good], (xv.astype(np.float64) @ deq[good].T))
 
 
-def test_e5m2_inf_weight_gives_inf_not_nan_at_batch_1_and_16():
+@pytest.mark.parametrize("native", [False, True])
+def test_e5m2_inf_weight_gives_inf_not_nan_at_batch_1_and_16(native, use_native):
+  use_native(native)
   rng = np.random.default_rng(8)
   n, k = SHAPE
   w, deq = _integer_weight("e5m2", n, k, rng)
@@ -565,14 +653,18 @@ def test_default_configs_are_data_for_every_format():
 _FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
 
 
-@pytest.mark.parametrize("name", list(FORMATS))
-def test_kernel_ir_has_no_fp8_or_fp4_types(name):
+@pytest.mark.parametrize("name,native", [(n, False) for n in FORMATS] +
+                         [(n, True) for n in NATIVE_NAMES])
+def test_kernel_ir_has_no_fp8_or_fp4_types(name, native):
   """The Triton IR handed to the compiler (lowered for an H200 here, also on a CPU) has no
   8/6/4-bit float types and no fp-to-fp converts, so no fp8/fp4 conversion instruction can
-  come out of it; every code is decoded with integer ops (see BUILD.md for the PTX check)."""
+  come out of it; every code is decoded with integer ops (see BUILD.md for the PTX check).
+  The opt-in native decode converts only in its inline PTX (cvt.rn.f16x2.<elem>x2, sm_89+),
+  still with no fp8 type in the IR; the default path has no such asm."""
   from jax._src.pallas.triton import lowering as triton_lowering
   fmt, elem, block = FORMATS[name]
-  plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"))
+  plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"), native_fp8=native)
+  assert plan.native_fp8 == native
   n, k = 64, 256
   kw_ = fp8lab.packed_length(k, elem)
   s_shape = None
@@ -604,6 +696,29 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name):
   for ir in captured:
     assert "tt.func" in ir and "fp8lab_gemv" in ir
     assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)
+    cvts = re.findall(r"cvt\.rn\.f16x2\.(e4m3|e5m2)x2", ir)
+    assert cvts == ([elem] * 4 if native else []), cvts
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_native_env_reaches_the_plan(native, use_native):
+  """FP8LAB_GEMV_NATIVE_FP8 decides the plan of gemv_packed's kernel (a shape no other
+  test uses, so the call is traced here)."""
+  seen = use_native(native)
+  rng = np.random.default_rng(15)
+  n, k = SHAPE[0] + 2, SHAPE[1] + 4 * (2 + native)
+  w, deq = _integer_weight("e4m3", n, k, rng)
+  xv = rng.integers(-3, 4, (2, k)).astype(np.float32)
+  y = np.asarray(_gemv(w, jnp.asarray(xv)), np.float64)
+  np.testing.assert_array_equal(y, xv.astype(np.float64) @ deq.T)
+  assert [p.native_fp8 for p in seen] == [native]
+
+
+def test_native_fp8_plan_only_for_fp8_elements():
+  for name, (fmt, elem, block) in FORMATS.items():
+    plan = G.format_plan(fmt, elem, block, False, native_fp8=True)
+    assert plan.native_fp8 == (name in NATIVE_NAMES), name
+    assert G.format_plan(fmt, elem, block, False).native_fp8 is False
 
 
 # ------------------------------------------------------------------ GPU only

@@ -10,8 +10,10 @@ One path for every batch: tensor-core dots, one per code plane. A program takes 
 rows and loops over K in steps of `block_k` words. Per step it loads the (rows, block_k) tile
 of words and decodes it with integer ops into `per_word` planes, plane i holding code i of
 each word (kernels/unpack.py: shifts and masks build float16 bit patterns, no conversion
-instruction). Every plane is an elementwise function of the word tile, so Triton loads the
-words straight into the tensor cores' operand layout (no shuffle through shared memory), and
+instruction; opt-in for e4m3 / e5m2 codes on sm_89+: FormatPlan.native_fp8, one inline
+PTX prmt + cvt.rn.f16x2 per two codes). Every plane is an elementwise function of the word
+tile, so Triton loads the words straight into the tensor cores' operand layout (no shuffle
+through shared memory), and
 
     acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
@@ -27,7 +29,9 @@ deterministic.
 
 Operands (every product is exact in float32; jnp.dot accumulates in float32):
   * per-tensor minifloats and f16 weights: float16 planes. Every float16-route code is
-    exactly a float16 (e4m3: value * 2^-8, e5m2: value, e2m1: value * 2^-14). x in float16:
+    exactly a float16 (e4m3: value * 2^-8, e5m2: value, e2m1: value * 2^-14); with the
+    opt-in native decode (FormatPlan.native_fp8, e4m3 / e5m2 codes on sm_89+: fp8 ->
+    float16 converts) the plane holds the value itself (route 2^0). x in float16:
     float16 x is one exact part; float32 / bfloat16 x is scaled per batch row by a power of
     two so that max|x| is in [2^14, 2^15), then cut into hi (the top 11 significant bits, by
     masking the float32 pattern) and lo = float16(x - hi): |hi + lo - x| <= 2^-22 |x|
@@ -35,10 +39,11 @@ Operands (every product is exact in float32; jnp.dot accumulates in float32):
   * NVFP4: float16 code (value * 2^-14) times the E4M3 block scale's value as a float16,
     multiplied in float16: exact (<= 6 significant bits, >= 2^-24); S_dec at the end.
   * MX (E8M0 scales), fast path: per K step and row, m = the largest scale code; each block
-    gets the float16 factor 2^(c - m) (times 2^-route), so that code * factor = value *
-    2^(c - m), exact in float16 for drops c - m >= -_MX_SPREAD (23 / 15 / 8 binades for
-    e2m1 / e4m3 / e5m2 elements); x as the float16 parts above; the step's dot result is
-    multiplied by 2^(m - 127) (exact in float32) before it is added to the accumulator.
+    gets the float16 factor 2^(c - m) (times 2^-route; route 0 when native), so that
+    code * factor = value * 2^(c - m) either way, exact in float16 for drops
+    c - m >= -_MX_SPREAD (23 / 15 / 8 binades for e2m1 / e4m3 / e5m2 elements); x as the
+    float16 parts above; the step's dot result is multiplied by 2^(m - 127) (exact in
+    float32) before it is added to the accumulator.
     A block further below m ("far") gets factor 0; if it holds a nonzero code, or a scale is
     the E8M0 NaN code, the program recomputes its rows in an exact fallback loop:
   * MX fallback: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
@@ -66,16 +71,17 @@ only when such small elements carry y (large x elements meeting near-zero weight
 x and the bfloat16 operand paths (bf16 weights, the MX fallback) have no such term. Widening
 the window (a second pair of slots for the small elements) is the known fix.
 
-NaN: every NaN code (e4m3 0x7F / 0xFF through the float16 route's NaN fix, e5m2's NaN
-codes, E8M0 scale 0xFF, E4M3 scale NaN codes) decodes to a NaN operand, which the dot
-carries into every column of its row (NaN * 0 is NaN), as a NaN weight makes the reference
-row NaN for any x. e5m2 Inf codes decode to float16 Inf.
+NaN: every NaN code (e4m3 0x7F / 0xFF through the float16 route's NaN fix or the native
+convert, e5m2's NaN codes, E8M0 scale 0xFF, E4M3 scale NaN codes) decodes to a NaN
+operand, which the dot carries into every column of its row (NaN * 0 is NaN), as a NaN
+weight makes the reference row NaN for any x. e5m2 Inf codes decode to float16 Inf.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Any
 
 import jax
@@ -89,7 +95,8 @@ from fp8lab.formats import ElementFormat, get_format
 from fp8lab.kernels import unpack
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
-           "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts"]
+           "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts",
+           "NATIVE_FP8_ENV", "native_fp8_requested"]
 
 _U = np.uint32
 
@@ -172,6 +179,12 @@ class FormatPlan:
     block_len: elements of K per scale block (None without block scales).
     scale_row_div: rows per scale row (16 for NVFP4's 16x16 tiles, else 1).
     has_tensor_scale: whether a float32 tensor scale multiplies the result.
+    native_fp8: decode the main loop's e4m3 / e5m2 codes with fp8 -> float16 converts
+      (unpack.decode_planes_native: inline PTX prmt + cvt.rn.f16x2.e4m3x2 / .e5m2x2,
+      sm_89+ only) instead of the integer float16 route; the planes then hold true values
+      (route 2^0). False for every other element format. The MX exact fallback keeps
+      the integer route. Offline SASS (sm_90, 64x64 words, 4 warps): loop instructions
+      per word 19.5 -> 8.2 (e4m3) and 12.5 -> 8.2 (e5m2) at batch 1.
   """
   format: str
   elem: ElementFormat
@@ -179,6 +192,7 @@ class FormatPlan:
   block_len: int | None
   scale_row_div: int
   has_tensor_scale: bool
+  native_fp8: bool = False
 
   @property
   def per_word(self) -> int:
@@ -191,21 +205,33 @@ class FormatPlan:
 
 _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4": "e4m3"}
 
+# Set to "1" to make fp8lab.gemv_packed use the native fp8 decode (FormatPlan.native_fp8)
+# for e4m3 / e5m2 / mxfp8 / mxfp8_e5m2 weights: needs an sm_89+ GPU. Read at each
+# gemv_packed call (under jax.jit: when the caller is traced).
+NATIVE_FP8_ENV = "FP8LAB_GEMV_NATIVE_FP8"
+
+
+def native_fp8_requested() -> bool:
+  """Whether the environment asks for the native fp8 decode (NATIVE_FP8_ENV=1)."""
+  return os.environ.get(NATIVE_FP8_ENV, "") == "1"
+
 
 def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] | None,
-                has_tensor_scale: bool) -> FormatPlan:
-  """Builds the kernel's view of a QuantizedArray's static metadata."""
+                has_tensor_scale: bool, native_fp8: bool = False) -> FormatPlan:
+  """Builds the kernel's view of a QuantizedArray's static metadata. `native_fp8` asks for
+  the native fp8 decode; it applies to e4m3 / e5m2 elements only (ignored for others)."""
   elem = get_format(element_format)
+  native = bool(native_fp8) and elem.name in unpack.NATIVE_FORMATS
   kind = _SCALE_KINDS.get(format)
   if kind is None:
-    return FormatPlan(format, elem, None, None, 1, has_tensor_scale)
+    return FormatPlan(format, elem, None, None, 1, has_tensor_scale, native)
   if not block_shape:
     raise ValueError(f"format {format!r} needs a block_shape")
   block_len = block_shape[-1]
   row_div = block_shape[0] if len(block_shape) == 2 else 1
   if block_len % elem.per_word:
     raise ValueError(f"block length {block_len} is not a multiple of {elem.per_word} codes")
-  return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale)
+  return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale, native)
 
 
 def _next_pow2(n: int) -> int:
@@ -221,14 +247,20 @@ def _operand_dtype(plan: FormatPlan):
   return jnp.float16
 
 
+def _route_log2(plan: FormatPlan) -> int:
+  """log2 of the factor between the main loop's decoded planes and the codes' values:
+  unpack.f16_route_log2 for the integer float16 route, 0 for the native decode."""
+  return 0 if plan.native_fp8 else unpack.f16_route_log2(plan.elem)
+
+
 def _fold_log2(plan: FormatPlan) -> int:
   """log2 of the power of two that turns the main loop's dots into x @ W^T (before the
-  tensor scale and x's own per-row scaling). It undoes the float16 route of the codes; the
-  NVFP4 block scale enters the dot as its true value; the MX fast path's factors already
-  undo the route (see _mx_factors)."""
+  tensor scale and x's own per-row scaling). It undoes the route of the decoded planes
+  (_route_log2); the NVFP4 block scale enters the dot as its true value; the MX fast path's
+  factors already undo the route (see _mx_factors)."""
   if plan.scale_kind == "e8m0":
     return 0
-  return -unpack.f16_route_log2(plan.elem)
+  return -_route_log2(plan)
 
 
 # MX fast path: the largest drop d = scale - m below the step's largest scale m for which
@@ -237,18 +269,22 @@ def _fold_log2(plan: FormatPlan) -> int:
 _MX_SPREAD = {"e2m1": 23, "e4m3": 15, "e5m2": 8}
 
 
-def _mx_factors(codes: jax.Array, elem: ElementFormat):
+def _mx_factors(codes: jax.Array, elem: ElementFormat, route_log2: int | None = None):
   """MX fast path, per K step: E8M0 codes (rows, groups) -> (float16 factors, far, m).
 
   m = the row's largest scale code in the step. The factor of a block is 2^(c - m) times
-  2^-f16_route_log2(elem) (so that float16-route code * factor = value * 2^(c - m)), as a
-  float16 built from bits (normal down to 2^-14, subnormal down to 2^-24). Blocks further
-  than _MX_SPREAD below m ("far") get factor 0: their products would not be exact, so a
-  far block holding a nonzero code sends the program to the exact fallback."""
+  2^-route_log2 (default f16_route_log2(elem); 0 for native planes), so that decoded code *
+  factor = value * 2^(c - m), as a float16 built from bits (normal down to 2^-14, subnormal
+  down to 2^-24). Either way the product is value * 2^(c - m), so its exactness does not
+  depend on the route. Blocks further than _MX_SPREAD below m ("far") get factor 0: their
+  products would not be exact, so a far block holding a nonzero code sends the program to
+  the exact fallback."""
+  if route_log2 is None:
+    route_log2 = unpack.f16_route_log2(elem)
   c = codes.astype(jnp.int32)
   m = jnp.max(c, axis=1)
   d = c - m[:, None]
-  e = d - unpack.f16_route_log2(elem)                 # float16 exponent of the factor
+  e = d - route_log2                                  # float16 exponent of the factor
   far = d < -_MX_SPREAD[elem.name]
   normal = (e + 15) << 10
   sub = jnp.left_shift(jnp.int32(1), jnp.clip(e + 24, 0, 15))
@@ -262,27 +298,36 @@ def _per_word(t: jax.Array, wpb: int) -> jax.Array:
   return jnp.broadcast_to(t[:, :, None], (br, g, wpb)).reshape(br, g * wpb)
 
 
-def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan):
+def _decode(words: jax.Array, plan: FormatPlan, interpret: bool) -> list[jax.Array]:
+  """The main loop's float16 (bf16 weights: bfloat16) planes, value * 2^_route_log2(plan)."""
+  if plan.native_fp8:
+    return unpack.decode_planes_native(words, plan.elem, interpret=interpret)
+  return unpack.decode_planes_16bit(words, plan.elem)
+
+
+def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
+                   interpret: bool = False):
   """The main loop's dot operands of a (rows, block_k) word tile: plane i = code i of each
   word, times its block scale (NVFP4: the E4M3 value; MX: the fast path's factor).
   Returns (planes, MX extras: (far per word, m) or None)."""
   if plan.scale_kind is None:
-    return unpack.decode_planes_16bit(words, plan.elem), None
+    return _decode(words, plan, interpret), None
   wpb = plan.words_per_block
   if plan.scale_kind == "e4m3":
     # The E4M3 scale's true value is exact in float16; so is its product with a
     # float16-route e2m1 code (<= 6 significant bits, >= 2^-24).
     s16 = _per_word(unpack.e4m3_scale_to_f16(codes), wpb)
-    return [p * s16 for p in unpack.decode_planes_16bit(words, plan.elem)], None
-  fac, far, m = _mx_factors(codes, plan.elem)
+    return [p * s16 for p in _decode(words, plan, interpret)], None
+  fac, far, m = _mx_factors(codes, plan.elem, _route_log2(plan))
   fac = _per_word(fac, wpb)
-  planes = [p * fac for p in unpack.decode_planes_16bit(words, plan.elem)]
+  planes = [p * fac for p in _decode(words, plan, interpret)]
   return planes, (_per_word(far, wpb), m)
 
 
 def _mx_exact_planes(words: jax.Array, codes: jax.Array, plan: FormatPlan):
   """MX fallback operands: float32 code * 2^(c - 127) (exact), as bfloat16 (exact unless
-  below 2^-133)."""
+  below 2^-133). Always the integer float16 route (native_fp8 or not), undone by the
+  fallback's own fold (gemv_launch)."""
   scale = _per_word(unpack.e8m0_scale_to_f32(codes), plan.words_per_block)
   return [(p * scale).astype(jnp.bfloat16) for p in unpack.decode_planes(words, plan.elem)]
 
@@ -304,8 +349,9 @@ def _combine_slots(acc: jax.Array, n_slots: int) -> jax.Array:
 
 def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, nbk: int,
                  n_b: int, n_slots: int, bp: int, n_slots_exact: int, n_splits: int,
-                 steps_per_split: int):
-  """Kernel body; see the module docstring for the arithmetic."""
+                 steps_per_split: int, interpret: bool):
+  """Kernel body; see the module docstring for the arithmetic. `interpret`: Pallas
+  interpret mode (the native fp8 decode then uses its jnp twin instead of inline PTX)."""
   mx = plan.scale_kind == "e8m0"
   it = iter(refs)
   w_ref = next(it)
@@ -384,7 +430,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   def main_step(s, carry, masked: bool):
     acc, bad, nan_row = carry
     words, codes = load(s, masked)
-    planes, extra = _weight_planes(words, codes, plan)
+    planes, extra = _weight_planes(words, codes, plan, interpret)
     part = dots(planes, x_ref, s)
     if extra is None:
       return acc + part, bad, nan_row
@@ -641,7 +687,8 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   steps_per_split = pl.cdiv(n_steps, n_splits)
   kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
                              n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact,
-                             n_splits=n_splits, steps_per_split=steps_per_split)
+                             n_splits=n_splits, steps_per_split=steps_per_split,
+                             interpret=interpret)
   call = pl.pallas_call(
       kernel,
       out_shape=jax.ShapeDtypeStruct((n_splits * n_b * n_out,),

@@ -3,8 +3,9 @@
 These run inside Pallas kernels (Triton lowering on the GPU, interpret mode on the CPU), so
 they use nothing but shifts, masks, same-width bitcasts and float16 -> float32 converts:
 no fp8 / fp4 conversion instructions, which GPUs before sm_89 lack and which the Triton
-lowering makes saturate (NUMERICS.md section 9). They are NOT the golden model
-(fp8lab/numerics/codec.py); the tests compare the two over every code.
+lowering makes saturate (NUMERICS.md section 9). The one exception is opt-in:
+`decode_planes_native` (fp8 -> float16 converts, for sm_89+; see its docstring). They are
+NOT the golden model (fp8lab/numerics/codec.py); the tests compare the two over every code.
 
 The float16 route. A minifloat code with e <= 5 exponent bits, m mantissa bits and bias b,
 whose magnitude bits are moved to float16 bits [10 - m, 10 - m + e + m) and whose sign bit
@@ -33,12 +34,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental.pallas import triton as plgpu
 import numpy as np
 
 from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
-           "e8m0_scale_to_f32", "e4m3_scale_to_f16"]
+           "decode_planes_native", "NATIVE_FORMATS", "e8m0_scale_to_f32", "e4m3_scale_to_f16"]
 
 _U = np.uint32
 
@@ -120,6 +122,48 @@ def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
   """decode_planes_16bit as float32 (an exact convert: Inf and NaN kept; on the GPU a
   half-to-single instruction, not an fp8 conversion)."""
   return [p.astype(jnp.float32) for p in decode_planes_16bit(words, fmt)]
+
+
+# Element formats decode_planes_native takes (8-bit codes with a PTX fp8 conversion).
+NATIVE_FORMATS = ("e4m3", "e5m2")
+
+
+def _native_plane_asm(fmt: ElementFormat, i: int) -> str:
+  """PTX for plane i of two words e, e+1 (pack=2: $1, $2; $0 = their two float16): PRMT
+  puts byte i of each word side by side in 16 bits (selector nibbles i, 4 + i), and one
+  cvt.rn.f16x2.{e4m3,e5m2}x2 converts both (low half: word e)."""
+  sel = ((4 + i) << 4) | i
+  return ("{ .reg .b32 t; .reg .b16 lo, hi; "
+          f"prmt.b32 t, $1, $2, {sel:#x}; mov.b32 {{lo, hi}}, t; "
+          f"cvt.rn.f16x2.{fmt.name}x2 $0, lo; }}")
+
+
+def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
+                         interpret: bool = False) -> list[jax.Array]:
+  """Plane i = code i of each word as float16 holding the code's TRUE value (no route
+  factor: 2^0), by fp8 -> float16 conversion. Exact for every code (float16 holds every
+  e4m3 / e5m2 value, subnormals and -0 included); NaN codes give NaN, e5m2 Inf codes Inf.
+
+  NOT integer-only, and for Pallas kernels only. Compiled (Triton), each plane is one
+  inline-PTX `prmt` + `cvt.rn.f16x2.e4m3x2` (`.e5m2x2`) per two words (elementwise asm,
+  pack=2), which needs sm_89+ (FP8 units). jax 0.11.2's Pallas lowers a plain
+  bitcast-to-fp8 + astype(float16) too (to the same cvt), but Triton then extracts and
+  re-pairs the bytes with ~3.5 more integer instructions per word; the asm lets one PRMT
+  pair them. Inline asm has no interpret-mode rule, so with `interpret=True` the planes
+  are the same conversion in jnp: the code byte bitcast to the fp8 dtype, astype(float16)
+  (which is what the tests check over every code). Opt-in for the GEMV
+  (FormatPlan.native_fp8); the integer route above stays the default.
+  """
+  assert fmt.name in NATIVE_FORMATS, fmt
+  if interpret:
+    return [lax.bitcast_convert_type(_shl(words, -fmt.bits * i).astype(jnp.uint8),
+                                     fmt.dtype).astype(jnp.float16)
+            for i in range(fmt.per_word)]
+  out = jax.ShapeDtypeStruct(words.shape, jnp.float16)
+  return [plgpu.elementwise_inline_asm(_native_plane_asm(fmt, i), args=[words],
+                                       constraints="=r,r,r", pack=2,
+                                       result_shape_dtypes=[out])[0]
+          for i in range(fmt.per_word)]
 
 
 def _nan_is_all_ones(fmt: ElementFormat) -> bool:
