@@ -566,6 +566,33 @@ def test_e5m2_inf_weight_gives_inf_not_nan_at_batch_1_and_16(native, use_native)
     np.testing.assert_array_equal(_bits(y), _bits(ref))
 
 
+@pytest.mark.parametrize("name", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("native", [False, True])
+def test_every_code_at_every_word_position_through_the_kernel(name, native, use_native):
+  """Row 4 * c + i holds code c at column i (word position i) and zeros elsewhere; with
+  x = ones, y is the code's value times the tensor scale, bit for bit (NaN codes: NaN). On
+  the GPU this checks the compiled decode (integer route or the native PTX cvt) over every
+  code, subnormals and specials included; the golden decode gives the expected values."""
+  use_native(native)
+  elem = get_format(name)
+  k = 16
+  codes = np.zeros((256 * 4, k), np.uint8)
+  for c in range(256):
+    for i in range(4):
+      codes[4 * c + i, i] = c
+  w = QuantizedArray(fp8lab.pack(jnp.asarray(codes), name), None, jnp.float32(0.5),
+                     format=name, element_format=name, shape=codes.shape, axis=1,
+                     block_shape=None, scale_mode=None, hadamard=None)
+  vals = np.asarray(fp8lab.decode(jnp.asarray(np.arange(256, dtype=np.uint8)), elem),
+                    np.float32)
+  want = np.repeat(vals, 4) * np.float32(0.5) + np.float32(0.0)   # -0 + 0 products: +0
+  for xdt in (jnp.float16, jnp.float32):
+    y = np.asarray(_gemv(w, jnp.ones((k,), xdt)), np.float32)
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(_bits(y[ok]), _bits(want[ok]))
+
+
 # ------------------------------------------------------------------ transformations
 
 def test_vector_and_leading_batch_dims():
