@@ -51,11 +51,13 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   the bound is then |y - y_exact| <= (k + 7) u sum|w x| + 2^-38 max|x| sum|w| + u |y|.
   float16 x, bf16 weights and the reference path have no such term.
 
-  Native fp8 decode: with the environment variable FP8LAB_GEMV_NATIVE_FP8=1 (read at each
-  call) the kernel decodes e4m3 / e5m2 codes (formats "e4m3", "e5m2", "mxfp8",
-  "mxfp8_e5m2") with the GPU's fp8 -> float16 conversion (PTX cvt.rn.f16x2.e4m3x2 /
-  .e5m2x2), fewer instructions than the default integer decode but sm_89+ only (Ada,
-  Hopper and later); same results. Other formats and the reference path ignore it.
+  Decoding e4m3 / e5m2 codes (formats "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2"): on a GPU of
+  compute capability >= 8.9 (Ada, Hopper and later) the kernel uses the GPU's fp8 ->
+  float16 conversion (PTX cvt.rn.f16x2.e4m3x2 / .e5m2x2), fewer instructions than the
+  integer decode it uses elsewhere (older GPUs, interpret mode); same results, bit for bit.
+  The environment variable FP8LAB_GEMV_NATIVE_FP8 (read at each call; under jax.jit when
+  the caller is traced) overrides the choice: "0" the integer decode, "1" the native one
+  (an error on GPUs without it). 4-bit formats always use the integer decode.
 
   NaN / Inf: a NaN weight (e4m3 / e5m2 NaN code, MX scale 0xFF, NVFP4 NaN scale) makes its
   output row NaN for every x, as in the reference; Inf weights (e5m2) give +-Inf or NaN as
@@ -95,9 +97,10 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
                      f"kernel on the {jax.default_backend()} backend")
   if w.format not in gemv_kernel.DEFAULT_CONFIGS:
     raise ValueError(f"gemv_packed does not know format {w.format!r}")
-  # The native fp8 decode (sm_89+) when FP8LAB_GEMV_NATIVE_FP8=1, read here at each call
+  # Native or integer fp8 decode (FP8LAB_GEMV_NATIVE_FP8 / the GPU), read here at each call
   # (a static argument below, so cached traces of either path stay apart).
-  return _gemv(w, x, implementation, interpret, gemv_kernel.native_fp8_requested())
+  native = implementation == "pallas" and gemv_kernel.native_fp8_requested(interpret)
+  return _gemv(w, x, implementation, interpret, native)
 
 
 def _rotate_x(w, x: jax.Array) -> jax.Array:

@@ -87,10 +87,7 @@ def use_native(monkeypatch):
   def set_(on: bool):
     if on and ON_GPU and float(jax.devices()[0].compute_capability) < 8.9:
       pytest.skip("the native fp8 decode needs sm_89+")
-    if on:
-      monkeypatch.setenv(G.NATIVE_FP8_ENV, "1")
-    else:
-      monkeypatch.delenv(G.NATIVE_FP8_ENV, raising=False)
+    monkeypatch.setenv(G.NATIVE_FP8_ENV, "1" if on else "0")
 
     def spy(*a, plan, **kw):
       assert plan.native_fp8 == (on and plan.elem.name in U.NATIVE_FORMATS), plan
@@ -739,6 +736,32 @@ def test_native_env_reaches_the_plan(native, use_native):
   y = np.asarray(_gemv(w, jnp.asarray(xv)), np.float64)
   np.testing.assert_array_equal(y, xv.astype(np.float64) @ deq.T)
   assert [p.native_fp8 for p in seen] == [native]
+
+
+def test_native_fp8_choice_from_the_environment_and_the_device(monkeypatch):
+  """Unset: native exactly on CUDA GPUs of compute capability >= 8.9 (never in interpret
+  mode); "0" / "1" force it; anything else is an error, and so is "1" for a compiled
+  kernel on a device without fp8 conversions."""
+  monkeypatch.delenv(G.NATIVE_FP8_ENV, raising=False)
+  assert G.native_fp8_requested(interpret=True) is False
+  assert G.native_fp8_requested() is G._gpu_has_fp8_converts()
+  if not ON_GPU:
+    assert G._gpu_has_fp8_converts() is False          # the CPU backend
+  monkeypatch.setenv(G.NATIVE_FP8_ENV, "0")
+  assert G.native_fp8_requested() is False and G.native_fp8_requested(True) is False
+  monkeypatch.setenv(G.NATIVE_FP8_ENV, "1")
+  assert G.native_fp8_requested(interpret=True) is True
+  if G._gpu_has_fp8_converts():
+    assert G.native_fp8_requested() is True
+  else:
+    with pytest.raises(ValueError, match="compute capability"):
+      G.native_fp8_requested()
+  monkeypatch.setenv(G.NATIVE_FP8_ENV, "yes")
+  with pytest.raises(ValueError, match="must be 0 or 1"):
+    G.native_fp8_requested(interpret=True)
+  with pytest.raises(ValueError, match="must be 0 or 1"):
+    fp8lab.gemv_packed(_integer_weight("e4m3", 16, 16, np.random.default_rng(0))[0],
+                       jnp.ones((16,)), interpret=True)
 
 
 def test_native_fp8_plan_only_for_fp8_elements():

@@ -8,7 +8,6 @@ examples and counting what it saw.
 import collections
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 import ml_dtypes
 import numpy as np

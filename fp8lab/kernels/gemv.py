@@ -10,8 +10,8 @@ One path for every batch: tensor-core dots, one per code plane. A program takes 
 rows and loops over K in steps of `block_k` words. Per step it loads the (rows, block_k) tile
 of words and decodes it with integer ops into `per_word` planes, plane i holding code i of
 each word (kernels/unpack.py: shifts and masks build float16 bit patterns, no conversion
-instruction; opt-in for e4m3 / e5m2 codes on sm_89+: FormatPlan.native_fp8, one inline
-PTX prmt + cvt.rn.f16x2 per two codes). Every plane is an elementwise function of the word
+instruction; for e4m3 / e5m2 codes on sm_89+ GPUs by default instead the native decode,
+FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes). Every plane is an elementwise function of the word
 tile, so Triton loads the words straight into the tensor cores' operand layout (no shuffle
 through shared memory), and
 
@@ -30,8 +30,8 @@ deterministic.
 Operands (every product is exact in float32; jnp.dot accumulates in float32):
   * per-tensor minifloats and f16 weights: float16 planes. Every float16-route code is
     exactly a float16 (e4m3: value * 2^-8, e5m2: value, e2m1: value * 2^-14); with the
-    opt-in native decode (FormatPlan.native_fp8, e4m3 / e5m2 codes on sm_89+: fp8 ->
-    float16 converts) the plane holds the value itself (route 2^0). x in float16:
+    native decode (FormatPlan.native_fp8, e4m3 / e5m2 codes on sm_89+: fp8 -> float16
+    converts) the plane holds the value itself (route 2^0). x in float16:
     float16 x is one exact part; float32 / bfloat16 x is scaled per batch row by a power of
     two so that max|x| is in [2^14, 2^15), then cut into hi (the top 11 significant bits, by
     masking the float32 pattern) and lo = float16(x - hi): |hi + lo - x| <= 2^-22 |x|
@@ -148,12 +148,15 @@ def _cfg(br, bk, nw=4, ns=3):
 # candidates per format at 16384^2, batches 1 and 16, end-to-end and kernel-only times).
 # 4-bit formats at batch 16 prefer shorter K steps (fewer registers: more programs per SM);
 # wide batches make the x tile of a K step large, so batch 64 takes shorter K steps too.
+# Batch 64 from six candidates at 16384^2 (benchmarks/results/gemv_b64_h200_20261130.txt):
+# e4m3 64x32 w4 244.8 us (next 64x16 258.4), nvfp4 64x16 w4 s3 225.5 (64x32: 355.1),
+# mxfp4 128x32 w8 414.0 (64x32: 539.4).
 _B64 = _cfg(64, 32, 4, 2)
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     **{name: {16: _cfg(64, 64, 4, 3), 64: _B64}
        for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "f16", "bf16")},
-    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _B64},
-    "nvfp4": {16: _cfg(64, 32, 4, 4), 64: _B64},
+    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _cfg(128, 32, 8, 2)},
+    "nvfp4": {16: _cfg(64, 32, 4, 4), 64: _cfg(64, 16, 4, 3)},
 }
 
 
@@ -205,15 +208,37 @@ class FormatPlan:
 
 _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4": "e4m3"}
 
-# Set to "1" to make fp8lab.gemv_packed use the native fp8 decode (FormatPlan.native_fp8)
-# for e4m3 / e5m2 / mxfp8 / mxfp8_e5m2 weights: needs an sm_89+ GPU. Read at each
+# How fp8lab.gemv_packed decodes e4m3 / e5m2 codes (formats e4m3, e5m2, mxfp8,
+# mxfp8_e5m2): "1" the native fp8 decode (FormatPlan.native_fp8; sm_89+ GPUs), "0" the
+# integer float16 route; unset: native on a GPU of compute capability >= 8.9 (faster on the
+# H200: benchmarks/results), integer in interpret mode and on older GPUs. Read at each
 # gemv_packed call (under jax.jit: when the caller is traced).
 NATIVE_FP8_ENV = "FP8LAB_GEMV_NATIVE_FP8"
 
 
-def native_fp8_requested() -> bool:
-  """Whether the environment asks for the native fp8 decode (NATIVE_FP8_ENV=1)."""
-  return os.environ.get(NATIVE_FP8_ENV, "") == "1"
+def _gpu_has_fp8_converts() -> bool:
+  """Whether JAX's first device is a CUDA GPU of compute capability >= 8.9."""
+  dev = jax.devices()[0]
+  try:
+    return dev.platform == "gpu" and float(dev.compute_capability) >= 8.9
+  except (AttributeError, TypeError, ValueError):     # no CUDA compute capability (ROCm, ...)
+    return False
+
+
+def native_fp8_requested(interpret: bool = False) -> bool:
+  """Whether gemv_packed's kernel decodes e4m3 / e5m2 codes natively (see NATIVE_FP8_ENV).
+
+  Raises ValueError for another value of the variable, or for "1" when compiling for a GPU
+  without fp8 conversions (the PTX would not assemble)."""
+  v = os.environ.get(NATIVE_FP8_ENV, "")
+  if v not in ("", "0", "1"):
+    raise ValueError(f"{NATIVE_FP8_ENV} must be 0 or 1 (or unset), got {v!r}")
+  if interpret:
+    return v == "1"          # the interpret-mode twin runs anywhere
+  if v == "1" and not _gpu_has_fp8_converts():
+    raise ValueError(f"{NATIVE_FP8_ENV}=1 needs a CUDA GPU of compute capability >= 8.9 "
+                     f"(fp8 -> float16 conversions); this is {jax.devices()[0].device_kind}")
+  return v == "1" or (v == "" and _gpu_has_fp8_converts())
 
 
 def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] | None,
