@@ -3,6 +3,9 @@
 Times, side by side in one run, y = x @ dequantize(w).T for weights of shape (n_out, k):
   pallas     fp8lab.gemv_packed(w, x, implementation="pallas"): the packed-weight Pallas kernel
              (interpret mode on a CPU, where it is a correctness smoke run, not a timing);
+  pallas_int the same kernel with the integer decode forced (fp8_decode="integer"), for the
+             e4m3 / e5m2-coded formats, which the default decodes natively on sm_89+ GPUs
+             (not in the default --ops);
   reference  fp8lab.gemv_packed(w, x, implementation="reference"): golden dequantize + jnp.dot;
   xla_f32    XLA's GEMV over float32 weights (float32 x);
   xla_bf16   XLA's GEMV over bfloat16 weights (bfloat16 x);
@@ -56,8 +59,12 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import timing  # noqa: E402
 
-ALL_OPS = ("pallas", "reference", "xla_f32", "xla_bf16", "xla_e4m3")
-FP8LAB_OPS = ("pallas", "reference")
+ALL_OPS = ("pallas", "pallas_int", "reference", "xla_f32", "xla_bf16", "xla_e4m3")
+DEFAULT_OPS = ("pallas", "reference", "xla_f32", "xla_bf16", "xla_e4m3")
+FP8LAB_OPS = ("pallas", "pallas_int", "reference")
+# pallas_int: the kernel with the integer decode forced (fp8_decode="integer"), for the
+# formats whose codes the default decode may convert natively (sm_89+ GPUs).
+INT_DECODE_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2")
 XLA_OPS = ("xla_f32", "xla_bf16", "xla_e4m3")
 
 # Benchmark format name -> (fp8lab.quantize format, extra quantize keyword arguments).
@@ -87,7 +94,8 @@ XLA_BASELINES = {
     "xla_e4m3": (jnp.float8_e4m3fn, jnp.bfloat16),
 }
 
-_OPS = flags.DEFINE_list("ops", list(ALL_OPS), f"Ops to time, from {', '.join(ALL_OPS)}.")
+_OPS = flags.DEFINE_list("ops", list(DEFAULT_OPS),
+                        f"Ops to time, from {', '.join(ALL_OPS)} (pallas_int: not by default).")
 _FORMATS = flags.DEFINE_list(
     "formats", list(DEFAULT_FORMATS),
     f"Weight formats for the pallas and reference ops, from {', '.join(FORMATS)}.")
@@ -202,6 +210,9 @@ def _xla_gemv(w: jax.Array, x: jax.Array) -> jax.Array:
 def make_op(op: str, interpret: bool) -> Callable[[Any, jax.Array], jax.Array]:
   if op == "pallas":
     return functools.partial(_gemv_packed, implementation="pallas", interpret=interpret)
+  if op == "pallas_int":
+    return functools.partial(_gemv_packed, implementation="pallas", interpret=interpret,
+                             fp8_decode="integer")
   if op == "reference":
     return functools.partial(_gemv_packed, implementation="reference", interpret=False)
   if op in XLA_OPS:
@@ -209,8 +220,9 @@ def make_op(op: str, interpret: bool) -> Callable[[Any, jax.Array], jax.Array]:
   raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
 
 
-def _gemv_packed(w, x, *, implementation: str, interpret: bool):
-  return fp8lab.gemv_packed(w, x, implementation=implementation, interpret=interpret)
+def _gemv_packed(w, x, *, implementation: str, interpret: bool, fp8_decode=None):
+  return fp8lab.gemv_packed(w, x, implementation=implementation, interpret=interpret,
+                            fp8_decode=fp8_decode)
 
 
 # --- inputs, built on the device -----------------------------------------------------------
@@ -313,7 +325,8 @@ def time_op(run: Run, *, op: str, fmt_label: str, size: str, batch: int, ws: lis
   x_item = xs[0].dtype.itemsize
   row: dict[str, Any] = {
       "op": op, "format": fmt_label, "size": size, "n_out": n_out, "k": k, "batch": batch,
-      "x_dtype": str(xs[0].dtype), "copies": copies, "interpret": interpret and op == "pallas",
+      "x_dtype": str(xs[0].dtype), "copies": copies,
+      "interpret": interpret and op.startswith("pallas"),
       "bytes_weights": weight_breakdown(ws[0]),
   }
   # The least an op must move: the weights as stored, x read once, y written once.
@@ -358,7 +371,7 @@ def time_op(run: Run, *, op: str, fmt_label: str, size: str, batch: int, ws: lis
     row["status"] = "error"
     row["error"] = f"{type(e).__name__}: {e}"[:2000]
     outs = None
-  msg = (f"{size:>12} {fmt_label:>10} b={batch:<3} {op:<9} " +
+  msg = (f"{size:>12} {fmt_label:>10} b={batch:<3} {op:<10} " +
          (f"{row['time_us']:9.2f} us  {row['GBps']:8.1f} GB/s  R={copies} "
           f"compile {row['compile_s']}s" if row["status"] == "ok" else
           f"ERROR {row['error'][:300]}"))
@@ -504,7 +517,9 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
       continue
     n_out, k = parse_size(size)
     fmt = None if what in XLA_OPS else what[4:]
-    unit_ops = [what] if fmt is None else [op for op in FP8LAB_OPS if op in grid.ops]
+    unit_ops = [what] if fmt is None else [
+        op for op in FP8LAB_OPS
+        if op in grid.ops and (op != "pallas_int" or fmt in INT_DECODE_FORMATS)]
     if fmt is None:
       wdt, xdt = XLA_BASELINES[what]
       label, dtype_name = jnp.dtype(wdt).name, jnp.dtype(wdt).name
@@ -542,11 +557,13 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
             interpret=interpret, reps=reps, warmup=warmup, copy_gbps=copy_gbps,
             keep_outputs=fmt is not None)
         run.rows.append(rows[op])
-      if outs.get("pallas") is not None and outs.get("reference") is not None:
-        err = max_rel_diff(outs["pallas"], outs["reference"])
-        rows["pallas"]["max_rel_diff_vs_reference"] = err
-        rows["pallas"]["agrees"] = bool(err <= agree_tol)
-        run.log(f"{size:>12} {label:>10} b={batch:<3} pallas vs reference: max rel diff "
+      for op in ("pallas", "pallas_int"):
+        if outs.get(op) is None or outs.get("reference") is None:
+          continue
+        err = max_rel_diff(outs[op], outs["reference"])
+        rows[op]["max_rel_diff_vs_reference"] = err
+        rows[op]["agrees"] = bool(err <= agree_tol)
+        run.log(f"{size:>12} {label:>10} b={batch:<3} {op} vs reference: max rel diff "
                 f"{err:.3g}" + ("" if err <= agree_tol else f"  > {agree_tol}: MISMATCH"))
       del xs, outs
       run.write()
@@ -585,14 +602,14 @@ def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
   rows.sort(key=lambda r: (size_order.get(r["size"], 99), r["batch"],
                            r["op"] not in XLA_OPS, fmt_order.get(r["format"], -1),
                            op_order[r["op"]]))
-  head = (f"{'format':<14} {'size':>12} {'batch':>5} {'op':<9} {'time us':>9} {'GB/s':>8} "
+  head = (f"{'format':<14} {'size':>12} {'batch':>5} {'op':<10} {'time us':>9} {'GB/s':>8} "
           f"{'%copy':>6} {'vs f32':>7} {'vs e4m3':>7} {'agree':>8} {'dev us':>7} {'kern us':>7}")
   lines = [head, "-" * len(head)]
   for r in rows:
     agree = r.get("max_rel_diff_vs_reference")
     flag = "" if r.get("agrees", True) else "!"
     lines.append(
-        f"{r['format']:<14} {r['size']:>12} {r['batch']:>5} {r['op']:<9} "
+        f"{r['format']:<14} {r['size']:>12} {r['batch']:>5} {r['op']:<10} "
         f"{r['time_us']:9.2f} {r['GBps']:8.1f} {_fmt(r.get('pct_copy_bw'), '6.1f')} "
         f"{_fmt(r.get('speedup_vs_xla_f32'), '7.2f')} {_fmt(r.get('speedup_vs_xla_e4m3'), '7.2f')} "
         f"{(_fmt(agree, '8.1e') + flag) if agree is not None else '-':>8} "

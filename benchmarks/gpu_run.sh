@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one command for a call on the lent GPU machine (run from the repository root, $OUT set):
-#   1. the GEMV tests compiled on the GPU (FP8LAB_GPU_TESTS=1), log in $OUT/test_gemv_gpu.log;
+#   1. the GEMV tests compiled on the GPU (FP8LAB_GPU_TESTS=1, GPU_RUN_TEST_SHARDS parallel
+#      pytest processes, default 3), log in $OUT/test_gemv_gpu.log;
 #   2. the benchmark, JSON in $OUT/gemv_h200_<date>.json, log in $OUT/bench_gemv.log;
 #   3. a short table last: 16384x16384, batches 1 and 16.
 # It ends within GPU_RUN_LIMIT_S (default 560 s; a device call may run 600 s): the tests get at
@@ -18,7 +19,7 @@
 #   FP8LAB_GIT_COMMIT=<sha>    recorded in the JSON when the copy of the tree has no .git
 #   FP8LAB_BENCH_SMOKE=1       tiny sizes (a dry run on a CPU: checks this script and the flags)
 # Example (device call):  bash benchmarks/gpu_run.sh
-# Dry run here:           OUT=/tmp/out FP8LAB_BENCH_SMOKE=1 GPU_RUN_TAG=cpu_dry bash benchmarks/gpu_run.sh
+# Dry run here:           OUT=/tmp/out FP8LAB_BENCH_SMOKE=1 GPU_RUN_TESTS=0 GPU_RUN_TAG=cpu_dry bash benchmarks/gpu_run.sh
 set -uo pipefail
 : "${OUT:?set OUT to the output folder}"
 cd "$(dirname "$0")/.."
@@ -33,10 +34,10 @@ DATE=$(date -u +%Y%m%d_%H%M%S)
 JSON="$OUT/gemv_${TAG}_${DATE}.json"
 # Priority order: the headline shape first (batches 1 and 16: the targets), then the LLM
 # shapes, then the other batches, then the square shapes; what the budget cuts comes last.
-PLAN=${GPU_RUN_PLAN:-"sizes=16384x16384 batches=1,16; \
-sizes=4096x14336,14336x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16; \
-sizes=16384x16384 batches=4,64; \
-sizes=8192x8192,4096x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16"}
+PLAN=${GPU_RUN_PLAN:-"sizes=16384x16384 batches=1,16 ops=pallas,pallas_int,reference,xla_f32,xla_bf16,xla_e4m3; \
+sizes=4096x14336,14336x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16 ops=pallas,xla_e4m3; \
+sizes=16384x16384 batches=4,64 ops=pallas,xla_e4m3; \
+sizes=8192x8192,4096x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16 ops=pallas,xla_e4m3"}
 
 echo "gpu_run: $(date -u +%FT%TZ) limit ${LIMIT_S}s, results in $JSON"
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,memory.used,memory.total --format=csv 2>&1 || true; } | tee "$OUT/nvidia_smi.txt"
@@ -44,11 +45,29 @@ echo "gpu_run: $(date -u +%FT%TZ) limit ${LIMIT_S}s, results in $JSON"
 
 test_rc=skipped
 if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
-  echo "gpu_run: [${SECONDS}s] tests (at most ${TEST_TIMEOUT_S}s)"
+  # The tests' time is mostly compilation (CPU): GPU_RUN_TEST_SHARDS pytest processes share
+  # the test ids round-robin and the GPU (no memory preallocation), one log each.
+  shards=${GPU_RUN_TEST_SHARDS:-3}
+  echo "gpu_run: [${SECONDS}s] tests (${shards} shards, at most ${TEST_TIMEOUT_S}s)"
   # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
-  timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 "$PY" -m pytest -q \
-    fp8lab_tests/test_gemv.py ${PYTEST_ARGS:-} 2>&1 | tee "$OUT/test_gemv_gpu.log"
-  test_rc=$?
+  FP8LAB_GPU_TESTS=1 "$PY" -m pytest -q --collect-only fp8lab_tests/test_gemv.py ${PYTEST_ARGS:-} 2>/dev/null \
+    | grep '::' > "$OUT/.test_ids"
+  pids=()
+  for ((i = 0; i < shards; i++)); do
+    awk -v n="$shards" -v i="$i" '(NR - 1) % n == i' "$OUT/.test_ids" > "$OUT/.shard_$i"
+    # shellcheck disable=SC2046  # one test id per word
+    timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+      "$PY" -m pytest -q -p no:cacheprovider $(cat "$OUT/.shard_$i") \
+      > "$OUT/.tests_$i.log" 2>&1 &
+    pids+=($!)
+  done
+  test_rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || test_rc=$?; done
+  for ((i = 0; i < shards; i++)); do
+    echo "== shard $i of $shards"; cat "$OUT/.tests_$i.log"
+  done > "$OUT/test_gemv_gpu.log"
+  rm -f "$OUT"/.test_ids "$OUT"/.shard_* "$OUT"/.tests_*.log
+  grep -E '^(FAILED|ERROR)|passed|failed' "$OUT/test_gemv_gpu.log"
   echo "gpu_run: [${SECONDS}s] tests rc=$test_rc (124: cut at ${TEST_TIMEOUT_S}s)"
 fi
 

@@ -23,7 +23,8 @@ __all__ = ["gemv_packed", "IMPLEMENTATIONS"]
 IMPLEMENTATIONS = (None, "pallas", "reference")
 
 
-def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = False):
+def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = False,
+                fp8_decode: str | None = None):
   """y = x @ dequantize(w).T: a matrix-vector product over packed quantized weights.
 
   Args:
@@ -37,6 +38,8 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       or "reference" (golden-model dequantize + jnp.dot at HIGHEST precision).
     interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel unless
       implementation="reference" is asked for, which is an error.
+    fp8_decode: how the kernel decodes e4m3 / e5m2 codes: None (see below), "native" or
+      "integer". Same results either way.
 
   Returns:
     (..., n_out) in x's dtype, accumulated in float32 (the kernel's order of operations
@@ -55,9 +58,10 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   compute capability >= 8.9 (Ada, Hopper and later) the kernel uses the GPU's fp8 ->
   float16 conversion (PTX cvt.rn.f16x2.e4m3x2 / .e5m2x2), fewer instructions than the
   integer decode it uses elsewhere (older GPUs, interpret mode); same results, bit for bit.
-  The environment variable FP8LAB_GEMV_NATIVE_FP8 (read at each call; under jax.jit when
-  the caller is traced) overrides the choice: "0" the integer decode, "1" the native one
-  (an error on GPUs without it). 4-bit formats always use the integer decode.
+  fp8_decode="integer" / "native" forces either (native: an error on GPUs without it); with
+  fp8_decode=None the environment variable FP8LAB_GEMV_NATIVE_FP8 can do the same ("0" /
+  "1"; read at each call, under jax.jit when the caller is traced). 4-bit formats always use
+  the integer decode.
 
   NaN / Inf: a NaN weight (e4m3 / e5m2 NaN code, MX scale 0xFF, NVFP4 NaN scale) makes its
   output row NaN for every x, as in the reference; Inf weights (e5m2) give +-Inf or NaN as
@@ -70,7 +74,9 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   Raises:
     TypeError: w is not a QuantizedArray; x is not float32 / bfloat16 / float16.
     ValueError: w is not 2D or not quantized along its last axis; x's last dimension is
-      not k; unknown implementation; "pallas" without a GPU and without interpret.
+      not k; unknown implementation or fp8_decode (or FP8LAB_GEMV_NATIVE_FP8 value);
+      "pallas" without a GPU and without interpret; the native decode on a GPU without
+      fp8 conversions.
   """
   if not isinstance(w, QuantizedArray):
     raise TypeError(f"gemv_packed needs a fp8lab.QuantizedArray as w, got {type(w).__name__}")
@@ -99,7 +105,11 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
     raise ValueError(f"gemv_packed does not know format {w.format!r}")
   # Native or integer fp8 decode (FP8LAB_GEMV_NATIVE_FP8 / the GPU), read here at each call
   # (a static argument below, so cached traces of either path stay apart).
-  native = implementation == "pallas" and gemv_kernel.native_fp8_requested(interpret)
+  if fp8_decode not in gemv_kernel.FP8_DECODES:
+    raise ValueError(f"fp8_decode must be one of {gemv_kernel.FP8_DECODES}, "
+                     f"got {fp8_decode!r}")
+  native = (implementation == "pallas"
+            and gemv_kernel.native_fp8_requested(interpret, fp8_decode))
   return _gemv(w, x, implementation, interpret, native)
 
 

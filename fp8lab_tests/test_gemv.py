@@ -756,12 +756,42 @@ def test_native_fp8_choice_from_the_environment_and_the_device(monkeypatch):
   else:
     with pytest.raises(ValueError, match="compute capability"):
       G.native_fp8_requested()
+  # The argument wins over the variable.
+  assert G.native_fp8_requested(interpret=True, fp8_decode="integer") is False
+  monkeypatch.setenv(G.NATIVE_FP8_ENV, "0")
+  assert G.native_fp8_requested(interpret=True, fp8_decode="native") is True
+  if not G._gpu_has_fp8_converts():
+    with pytest.raises(ValueError, match="compute capability"):
+      G.native_fp8_requested(fp8_decode="native")
+  w = _integer_weight("e4m3", 16, 16, np.random.default_rng(0))[0]
+  with pytest.raises(ValueError, match="fp8_decode must be one of"):
+    fp8lab.gemv_packed(w, jnp.ones((16,)), interpret=True, fp8_decode="fast")
   monkeypatch.setenv(G.NATIVE_FP8_ENV, "yes")
   with pytest.raises(ValueError, match="must be 0 or 1"):
     G.native_fp8_requested(interpret=True)
   with pytest.raises(ValueError, match="must be 0 or 1"):
-    fp8lab.gemv_packed(_integer_weight("e4m3", 16, 16, np.random.default_rng(0))[0],
-                       jnp.ones((16,)), interpret=True)
+    fp8lab.gemv_packed(w, jnp.ones((16,)), interpret=True)
+
+
+@pytest.mark.parametrize("fp8_decode", ["native", "integer"])
+def test_fp8_decode_argument_reaches_the_plan(fp8_decode, monkeypatch):
+  """gemv_packed(fp8_decode=...) wins over the environment (set the other way here)."""
+  native = fp8_decode == "native"
+  if native and ON_GPU and not G._gpu_has_fp8_converts():
+    pytest.skip("the native fp8 decode needs sm_89+")
+  monkeypatch.setenv(G.NATIVE_FP8_ENV, "0" if native else "1")
+  if not native and ON_GPU and not G._gpu_has_fp8_converts():
+    monkeypatch.delenv(G.NATIVE_FP8_ENV)
+  real, seen = G.gemv_pallas, []
+  monkeypatch.setattr(G, "gemv_pallas", lambda *a, plan, **kw: (seen.append(plan),
+                                                                  real(*a, plan=plan, **kw))[1])
+  rng = np.random.default_rng(16)
+  n, k = SHAPE[0] + 3, SHAPE[1] + 4 * (5 + native)       # shapes no other test traces
+  w, deq = _integer_weight("e4m3", n, k, rng)
+  xv = rng.integers(-3, 4, (2, k)).astype(np.float32)
+  y = np.asarray(_gemv(w, jnp.asarray(xv), fp8_decode=fp8_decode), np.float64)
+  np.testing.assert_array_equal(y, xv.astype(np.float64) @ deq.T)
+  assert [p.native_fp8 for p in seen] == [native]
 
 
 def test_native_fp8_plan_only_for_fp8_elements():

@@ -96,7 +96,7 @@ from fp8lab.kernels import unpack
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
            "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts",
-           "NATIVE_FP8_ENV", "native_fp8_requested"]
+           "NATIVE_FP8_ENV", "FP8_DECODES", "native_fp8_requested"]
 
 _U = np.uint32
 
@@ -225,20 +225,28 @@ def _gpu_has_fp8_converts() -> bool:
     return False
 
 
-def native_fp8_requested(interpret: bool = False) -> bool:
-  """Whether gemv_packed's kernel decodes e4m3 / e5m2 codes natively (see NATIVE_FP8_ENV).
+FP8_DECODES = (None, "native", "integer")
 
-  Raises ValueError for another value of the variable, or for "1" when compiling for a GPU
-  without fp8 conversions (the PTX would not assemble)."""
+
+def native_fp8_requested(interpret: bool = False, fp8_decode: str | None = None) -> bool:
+  """Whether gemv_packed's kernel decodes e4m3 / e5m2 codes natively: fp8_decode "native" /
+  "integer" if given, else NATIVE_FP8_ENV "1" / "0", else native exactly when compiling
+  for a CUDA GPU of compute capability >= 8.9.
+
+  Raises ValueError for an unknown fp8_decode or variable value, or for native decoding
+  of a compiled kernel on a device without fp8 conversions (the PTX would not assemble)."""
+  if fp8_decode not in FP8_DECODES:
+    raise ValueError(f"fp8_decode must be one of {FP8_DECODES}, got {fp8_decode!r}")
   v = os.environ.get(NATIVE_FP8_ENV, "")
   if v not in ("", "0", "1"):
     raise ValueError(f"{NATIVE_FP8_ENV} must be 0 or 1 (or unset), got {v!r}")
+  forced = {"native": True, "integer": False}.get(fp8_decode, {"1": True, "0": False}.get(v))
   if interpret:
-    return v == "1"          # the interpret-mode twin runs anywhere
-  if v == "1" and not _gpu_has_fp8_converts():
-    raise ValueError(f"{NATIVE_FP8_ENV}=1 needs a CUDA GPU of compute capability >= 8.9 "
+    return bool(forced)      # the interpret-mode twin runs anywhere; integer by default
+  if forced and not _gpu_has_fp8_converts():
+    raise ValueError("the native fp8 decode needs a CUDA GPU of compute capability >= 8.9 "
                      f"(fp8 -> float16 conversions); this is {jax.devices()[0].device_kind}")
-  return v == "1" or (v == "" and _gpu_has_fp8_converts())
+  return _gpu_has_fp8_converts() if forced is None else forced
 
 
 def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] | None,
