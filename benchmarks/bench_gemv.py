@@ -160,7 +160,10 @@ def slug(text: str) -> str:
 
 
 def git_commit() -> dict[str, Any]:
-  """The working tree's commit and whether tracked files differ from it."""
+  """The working tree's commit and whether tracked files differ from it. FP8LAB_GIT_COMMIT,
+  when set, wins: the lent GPU machine's copy of the tree carries a stale .git."""
+  if os.environ.get("FP8LAB_GIT_COMMIT"):
+    return {"commit": os.environ["FP8LAB_GIT_COMMIT"], "dirty": None}
   try:
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True,
                           text=True, timeout=10, check=True).stdout.strip()

@@ -511,6 +511,23 @@ def test_split_k_with_the_mx_exact_path():
     np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
 
 
+@pytest.mark.parametrize("name", ["mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4"])
+def test_small_block_scaled_weights_take_k_steps_of_four_scale_blocks(name):
+  """Tiny shapes shrink the blocks, but a K step keeps >= 4 scale blocks: on the H200 a
+  16 x 16-word step of 8-bit MX weights (a (16, 2) scale tile) summed wrongly when
+  compiled. The sums here are exact, so the result must be the float64 product."""
+  rng = np.random.default_rng(17)
+  n, k = 16, 200
+  w, deq = _integer_weight(name, n, k, rng)
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None)
+  cfg = G._effective_config(G.GemvConfig(16, 16), plan, n, w.data.shape[1])
+  assert cfg.block_k >= 4 * plan.words_per_block and cfg.block_rows == 16
+  xv = rng.integers(-3, 4, (3, k)).astype(np.float32)
+  y = G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv), plan=plan, n_out=n,
+                    k=k, config=G.GemvConfig(16, 16), interpret=INTERPRET)
+  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+
+
 def test_k_split_choice():
   C = G.GemvConfig
   assert G._k_splits(C(64, 64), n_prog=256, n_steps=64) == 1        # 16384 rows: unsplit

@@ -494,7 +494,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # Exact fallback (rare: scales more than _MX_SPREAD binades apart within a K step of a
     # row, or a NaN scale): the whole row block again with bfloat16 operands.
     # Short K steps: its registers count for the whole kernel, and it rarely runs.
-    bk_e = min(bk, max(16, plan.words_per_block))
+    bk_e = min(bk, _min_block_k(plan))
 
     def exact_step(s, acc, masked: bool):
       words, codes = load(s, masked, bk_e)
@@ -603,10 +603,24 @@ def _k_splits(cfg: GemvConfig, n_prog: int, n_steps: int) -> int:
   return s
 
 
-def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) -> GemvConfig:
-  """Shrinks blocks that exceed a small problem (keeps powers of two and the block grain)."""
+# Block-scaled K steps span at least this many scale blocks. On the H200 (Triton 3.6) a
+# (16 rows x 16 words) step of 8-bit MX weights, i.e. a (16, 2) tile of scale codes, gave
+# wrong sums (compiled only; interpret mode was right), while 64 x 16, 16 x 32 and every
+# step of >= 4 blocks tried were exact; 4 blocks keep clear of such tiny scale tiles.
+_MIN_SCALE_BLOCKS_PER_STEP = 4
+
+
+def _min_block_k(plan: FormatPlan) -> int:
+  """The smallest K step in words: 16 (a tensor-core K) and >= 4 scale blocks."""
   wpb = plan.words_per_block
-  bk = max(16, wpb, min(cfg.block_k, _next_pow2(kw)))
+  return max(16, wpb * _MIN_SCALE_BLOCKS_PER_STEP if plan.scale_kind else 1)
+
+
+def _effective_config(cfg: GemvConfig, plan: FormatPlan, n_out: int, kw: int) -> GemvConfig:
+  """Shrinks blocks that exceed a small problem and raises block_k to _min_block_k (keeps
+  powers of two and the block grain)."""
+  wpb = plan.words_per_block
+  bk = max(_min_block_k(plan), min(cfg.block_k, _next_pow2(kw)))
   br = max(16, min(cfg.block_rows, _next_pow2(n_out)))
   if bk % wpb:
     raise ValueError(f"block_k={bk} is not a multiple of the {wpb} words per scale block")
