@@ -699,9 +699,10 @@ _FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
 def test_kernel_ir_has_no_fp8_or_fp4_types(name, native):
   """The Triton IR handed to the compiler (lowered for an H200 here, also on a CPU) has no
   8/6/4-bit float types and no fp-to-fp converts, so no fp8/fp4 conversion instruction can
-  come out of it; every code is decoded with integer ops (see BUILD.md for the PTX check).
-  The opt-in native decode converts only in its inline PTX (cvt.rn.f16x2.<elem>x2, sm_89+),
-  still with no fp8 type in the IR; the default path has no such asm."""
+  come out of it; the integer decode decodes every code with integer ops (see BUILD.md for
+  the PTX check). The native decode (native_fp8, the default for e4m3 / e5m2 codes on sm_89+
+  GPUs) converts only in its inline PTX (cvt.rn.f16x2.<elem>x2), still with no fp8 type in
+  the IR; the integer decode has no such asm."""
   from jax._src.pallas.triton import lowering as triton_lowering
   fmt, elem, block = FORMATS[name]
   plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"), native_fp8=native)

@@ -8,12 +8,12 @@ as 0 (code 0 is +0 in every format and meets zero-padded x, so no NaN leaks in).
 
 One path for every batch: tensor-core dots, one per code plane. A program takes `block_rows`
 rows and loops over K in steps of `block_k` words. Per step it loads the (rows, block_k) tile
-of words and decodes it with integer ops into `per_word` planes, plane i holding code i of
-each word (kernels/unpack.py: shifts and masks build float16 bit patterns, no conversion
-instruction; for e4m3 / e5m2 codes on sm_89+ GPUs by default instead the native decode,
-FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes). Every plane is an elementwise function of the word
-tile, so Triton loads the words straight into the tensor cores' operand layout (no shuffle
-through shared memory), and
+of words and decodes it into `per_word` planes, plane i holding code i of each word
+(kernels/unpack.py: integer shifts and masks build float16 bit patterns, no conversion
+instruction; on sm_89+ GPUs e4m3 / e5m2 codes take the native decode by default instead,
+FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes). Every plane is
+an elementwise function of the word tile, so Triton loads the words straight into the
+tensor cores' operand layout (no shuffle through shared memory), and
 
     acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
@@ -209,10 +209,10 @@ class FormatPlan:
 _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4": "e4m3"}
 
 # How fp8lab.gemv_packed decodes e4m3 / e5m2 codes (formats e4m3, e5m2, mxfp8,
-# mxfp8_e5m2): "1" the native fp8 decode (FormatPlan.native_fp8; sm_89+ GPUs), "0" the
-# integer float16 route; unset: native on a GPU of compute capability >= 8.9 (faster on the
-# H200: benchmarks/results), integer in interpret mode and on older GPUs. Read at each
-# gemv_packed call (under jax.jit: when the caller is traced).
+# mxfp8_e5m2) when its fp8_decode argument is None: "1" the native fp8 decode
+# (FormatPlan.native_fp8; sm_89+ GPUs), "0" the integer float16 route; unset: native on a GPU
+# of compute capability >= 8.9 (faster on the H200: BUILD.md), integer in interpret mode and
+# on older GPUs. Read at each gemv_packed call (under jax.jit: when the caller is traced).
 NATIVE_FP8_ENV = "FP8LAB_GEMV_NATIVE_FP8"
 
 

@@ -3,8 +3,9 @@
 These run inside Pallas kernels (Triton lowering on the GPU, interpret mode on the CPU), so
 they use nothing but shifts, masks, same-width bitcasts and float16 -> float32 converts:
 no fp8 / fp4 conversion instructions, which GPUs before sm_89 lack and which the Triton
-lowering makes saturate (NUMERICS.md section 9). The one exception is opt-in:
-`decode_planes_native` (fp8 -> float16 converts, for sm_89+; see its docstring). They are
+lowering makes saturate (NUMERICS.md section 9). The one exception:
+`decode_planes_native` (fp8 -> float16 converts for sm_89+, which the GEMV uses there by
+default for e4m3 / e5m2 codes; see its docstring). They are
 NOT the golden model (fp8lab/numerics/codec.py); the tests compare the two over every code.
 
 The float16 route. A minifloat code with e <= 5 exponent bits, m mantissa bits and bias b,
@@ -151,8 +152,9 @@ def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
   re-pairs the bytes with ~3.5 more integer instructions per word; the asm lets one PRMT
   pair them. Inline asm has no interpret-mode rule, so with `interpret=True` the planes
   are the same conversion in jnp: the code byte bitcast to the fp8 dtype, astype(float16)
-  (which is what the tests check over every code). Opt-in for the GEMV
-  (FormatPlan.native_fp8); the integer route above stays the default.
+  (which is what the tests check over every code). The GEMV uses it when
+  FormatPlan.native_fp8 is set (by default on sm_89+ GPUs, fp8lab.gemv_packed's
+  fp8_decode); the integer route above is used everywhere else.
   """
   assert fmt.name in NATIVE_FORMATS, fmt
   if interpret:
