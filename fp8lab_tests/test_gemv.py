@@ -236,7 +236,7 @@ def test_scale_decoders_every_code(kind):
 # The fp8 formats again with the native decode (FP8LAB_GEMV_NATIVE_FP8=1).
 _EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3], native)
                 for i, name in enumerate(FORMATS)
-                for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4") else 5))
+                for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4", "nvfp4") else 5))
                 for native in ((False, True) if name in NATIVE_NAMES else (False,))]
 
 
