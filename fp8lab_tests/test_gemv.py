@@ -85,7 +85,7 @@ def use_native(monkeypatch):
   seen = []
 
   def set_(on: bool):
-    if on and ON_GPU and float(jax.devices()[0].compute_capability) < 8.9:
+    if on and ON_GPU and not G._gpu_has_fp8_converts():
       pytest.skip("the native fp8 decode needs sm_89+")
     monkeypatch.setenv(G.NATIVE_FP8_ENV, "1" if on else "0")
 

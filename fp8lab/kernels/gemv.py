@@ -302,18 +302,16 @@ def _fold_log2(plan: FormatPlan) -> int:
 _MX_SPREAD = {"e2m1": 23, "e4m3": 15, "e5m2": 8}
 
 
-def _mx_factors(codes: jax.Array, elem: ElementFormat, route_log2: int | None = None):
+def _mx_factors(codes: jax.Array, elem: ElementFormat, route_log2: int):
   """MX fast path, per K step: E8M0 codes (rows, groups) -> (float16 factors, far, m).
 
   m = the row's largest scale code in the step. The factor of a block is 2^(c - m) times
-  2^-route_log2 (default f16_route_log2(elem); 0 for native planes), so that decoded code *
-  factor = value * 2^(c - m), as a float16 built from bits (normal down to 2^-14, subnormal
-  down to 2^-24). Either way the product is value * 2^(c - m), so its exactness does not
+  2^-route_log2 (_route_log2: f16_route_log2(elem), or 0 for native planes), so that
+  decoded code * factor = value * 2^(c - m), as a float16 built from bits (normal down to
+  2^-14, subnormal down to 2^-24). Either way the product is value * 2^(c - m), so its exactness does not
   depend on the route. Blocks further than _MX_SPREAD below m ("far") get factor 0: their
   products would not be exact, so a far block holding a nonzero code sends the program to
   the exact fallback."""
-  if route_log2 is None:
-    route_log2 = unpack.f16_route_log2(elem)
   c = codes.astype(jnp.int32)
   m = jnp.max(c, axis=1)
   d = c - m[:, None]
