@@ -70,6 +70,20 @@ def _gemv(w, x, **kw):
   return fp8lab.gemv_packed(w, x, implementation="pallas", interpret=INTERPRET, **kw)
 
 
+# Formats with e2m1 codes, which the inline-PTX integer decode (FormatPlan.asm_e2m1) takes.
+ASM_E2M1_NAMES = ("mxfp4", "nvfp4", "nvfp4_2d")
+
+
+def _gemv_plan(w, x, **plan_kw):
+  """The kernel on a 2D x with format_plan(..., **plan_kw): for decodes gemv_packed does not
+  choose (asm_e2m1)."""
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None,
+                       **plan_kw)
+  assert all(getattr(plan, f) == v for f, v in plan_kw.items()), plan
+  return G.gemv_pallas(w.data, w.scales, w.tensor_scale, x, plan=plan, n_out=w.shape[0],
+                       k=w.shape[1], interpret=INTERPRET)
+
+
 # Formats whose codes the native fp8 decode (FormatPlan.native_fp8) takes.
 NATIVE_NAMES = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2")
 
@@ -213,6 +227,57 @@ def test_native_plane_asm_pairs_byte_i_of_two_words():
       assert f"cvt.rn.f16x2.{name}x2 $0, lo;" in asm
 
 
+def _e2m1_pair_grid() -> np.ndarray:
+  """uint32 words, shape (2, 34): every e2m1 code at every word position, each in an even
+  (low half of an asm pair) and in an odd word (high half); row 1 reversed."""
+  codes = np.arange(16, dtype=np.uint8)
+  grid = np.stack([np.roll(codes, s) for s in range(8)], axis=1)          # word r, code i
+  words = np.asarray(fp8lab.pack(jnp.asarray(grid), "e2m1")).reshape(-1)  # 16 words
+  row = np.concatenate([words, [0], words, [0]]).astype(np.uint32)        # parity flipped
+  return np.stack([row, row[::-1]])
+
+
+def test_decode_planes_e2m1_asm_every_code_every_position():
+  """The asm e2m1 decode (its interpret-mode twin runs the very ops the PTX is printed
+  from) gives the integer route's float16 patterns bit for bit, i.e. the golden value
+  times 2^-14 (-0 for code 8), for all 16 codes at all 8 positions of both words of a pair."""
+  f = get_format("e2m1")
+  words = _e2m1_pair_grid()
+  codes = (words[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF     # (2, 34, 8)
+  lo = codes[:, 0::2].transpose(2, 0, 1).reshape(8, -1)       # per plane: codes of word e
+  hi = codes[:, 1::2].transpose(2, 0, 1).reshape(8, -1)       #            and word e + 1
+  assert all(set(lo[i]) == set(hi[i]) == set(range(16)) for i in range(8))
+  planes = U.decode_planes_e2m1_asm(jnp.asarray(words), interpret=True)
+  assert len(planes) == 8
+  assert all(p.dtype == jnp.float16 and p.shape == words.shape for p in planes)
+  got = np.stack([_bits(p) for p in planes], -1)                           # (2, 34, 8)
+  route = np.stack([_bits(p) for p in U.decode_planes_16bit(jnp.asarray(words), f)], -1)
+  np.testing.assert_array_equal(got, route)
+  golden = np.asarray(fp8lab.decode(jnp.asarray(codes.astype(np.uint8)), f, jnp.float32))
+  want = (golden * np.float32(2.0 ** -14)).astype(np.float16)
+  assert U.f16_route_log2(f) == -14
+  np.testing.assert_array_equal(got, _bits(want))
+  assert set(got[codes == 8].tolist()) == {0x8000}                           # -0 stays -0
+
+
+def test_e2m1_plane_asm_is_integer_prmt_pairing_two_words():
+  """The inline PTX of the compiled asm e2m1 decode: integer ops only (no cvt; sm_80 runs
+  it); the first PRMT interleaves the bytes of words e ($1) and e + 1 ($2), the last puts
+  plane i's byte of word e in the low half and of word e + 1 in the high half, zero bytes
+  from the immediate 0; 5 instructions for odd planes, 6 for even. (Runs only compiled;
+  the GPU tests check its results; the twin above runs the same op list.)"""
+  for i in range(8):
+    asm = U._e2m1_plane_asm(i)
+    ops = re.findall(r"(\w+)\.b32 ", asm)
+    assert set(ops) <= {"prmt", "shl", "shr", "and", "lop3"} and "cvt" not in asm, asm
+    assert len(ops) == (5 if i % 2 else 6), asm
+    q = i // 2
+    assert f"prmt.b32 r, $1, $2, {0x7362 if q >= 2 else 0x5140:#x};" in asm
+    lo = 2 * (q % 2)
+    assert f"prmt.b32 $0, x, 0, {((lo + 1) << 12) | 0x400 | (lo << 4) | 4:#x};" in asm
+    assert asm.count("$0") == 1 and asm.count("$1") == asm.count("$2") == 1
+
+
 @pytest.mark.parametrize("kind", ["e8m0", "e4m3"])
 def test_scale_decoders_every_code(kind):
   c = jnp.arange(256, dtype=jnp.uint8)
@@ -233,22 +298,24 @@ def test_scale_decoders_every_code(kind):
 # Batches 1..64 and the three x dtypes spread over the formats (interpret mode is slow):
 # the batch decides how many columns the dots have (x parts times the batch padded to a
 # power of two, at least 8) and which config bucket applies.
-# The fp8 formats again with the native decode (FP8LAB_GEMV_NATIVE_FP8=1).
-_EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3], native)
+# The fp8 formats again with the native decode (FP8LAB_GEMV_NATIVE_FP8=1), the e2m1 formats
+# with the asm decode (FormatPlan.asm_e2m1, through gemv_pallas).
+_EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3], decode)
                 for i, name in enumerate(FORMATS)
                 for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4", "nvfp4") else 5))
-                for native in ((False, True) if name in NATIVE_NAMES else (False,))]
+                for decode in ("integer",) + ("native",) * (name in NATIVE_NAMES)
+                + ("asm",) * (name in ASM_E2M1_NAMES)]
 
 
-@pytest.mark.parametrize("name,batch,xdt,native", _EXACT_CASES)
-def test_exact_on_small_integers(name, batch, xdt, native, use_native):
-  use_native(native)
+@pytest.mark.parametrize("name,batch,xdt,decode", _EXACT_CASES)
+def test_exact_on_small_integers(name, batch, xdt, decode, use_native):
+  use_native(decode == "native")
   rng = np.random.default_rng(hash((name, batch)) % 2**32)
   n, k = SHAPE
   w, deq = _integer_weight(name, n, k, rng)
   xv = rng.integers(-3, 4, (batch, k)).astype(np.float32)
   x = jnp.asarray(xv).astype(xdt)
-  y = _gemv(w, x)
+  y = _gemv_plan(w, x, asm_e2m1=True) if decode == "asm" else _gemv(w, x)
   ref = fp8lab.gemv_packed(w, x, implementation="reference")
   assert y.shape == (batch, n) and y.dtype == x.dtype
   np.testing.assert_array_equal(_bits(y), _bits(ref))
@@ -607,6 +674,38 @@ def test_every_code_at_every_word_position_through_the_kernel(name, native, use_
     np.testing.assert_array_equal(_bits(y[ok]), _bits(want[ok]))
 
 
+@pytest.mark.parametrize("name", ["nvfp4", "mxfp4"])
+@pytest.mark.parametrize("asm", [False, True])
+def test_every_e2m1_code_at_every_word_position_through_the_kernel(name, asm):
+  """Row 16 * c + 2 * i + j holds e2m1 code c at position i of word j (j = 0, 1: both words
+  of an asm pair) and zeros elsewhere, under unit block scales (nvfp4: E4M3 1.0, tensor
+  scale 0.5; mxfp4: E8M0 code 127); with x = ones, y is the code's value times the tensor
+  scale, bit for bit, with the asm decode (asm_e2m1) and the shift-and-mask route."""
+  elem = get_format("e2m1")
+  fmt, _, block = FORMATS[name]
+  k = 16
+  codes = np.zeros((16 * 8 * 2, k), np.uint8)
+  for c in range(16):
+    for i in range(8):
+      for j in range(2):
+        codes[16 * c + 2 * i + j, 8 * j + i] = c
+  n = codes.shape[0]
+  if fmt == "nvfp4":
+    scales = jnp.full((n, 1), fp8lab.encode(jnp.float32(1.0), "e4m3"), jnp.uint8)
+    ts, mode = jnp.float32(0.5), None
+  else:
+    scales, ts, mode = jnp.full((n, 1), 127, jnp.uint8), None, "floor"
+  w = QuantizedArray(fp8lab.pack(jnp.asarray(codes), elem), scales, ts, format=fmt,
+                     element_format="e2m1", shape=codes.shape, axis=1, block_shape=block,
+                     scale_mode=mode, hadamard=None)
+  vals = np.asarray(fp8lab.decode(jnp.asarray(np.arange(16, dtype=np.uint8)), elem),
+                    np.float32)
+  want = np.repeat(vals, 16) * np.float32(0.5 if ts is not None else 1.0) + np.float32(0.0)
+  for xdt in (jnp.float16, jnp.float32):
+    y = np.asarray(_gemv_plan(w, jnp.ones((1, k), xdt), asm_e2m1=asm), np.float32)[0]
+    np.testing.assert_array_equal(_bits(y), _bits(want))
+
+
 # ------------------------------------------------------------------ transformations
 
 def test_vector_and_leading_batch_dims():
@@ -694,19 +793,23 @@ def test_default_configs_are_data_for_every_format():
 _FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
 
 
-@pytest.mark.parametrize("name,native", [(n, False) for n in FORMATS] +
-                         [(n, True) for n in NATIVE_NAMES])
-def test_kernel_ir_has_no_fp8_or_fp4_types(name, native):
+@pytest.mark.parametrize("name,decode", [(n, "integer") for n in FORMATS] +
+                         [(n, "native") for n in NATIVE_NAMES] +
+                         [(n, "asm") for n in ASM_E2M1_NAMES])
+def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   """The Triton IR handed to the compiler (lowered for an H200 here, also on a CPU) has no
   8/6/4-bit float types and no fp-to-fp converts, so no fp8/fp4 conversion instruction can
   come out of it; the integer decode decodes every code with integer ops (see BUILD.md for
   the PTX check). The native decode (native_fp8, the default for e4m3 / e5m2 codes on sm_89+
   GPUs) converts only in its inline PTX (cvt.rn.f16x2.<elem>x2), still with no fp8 type in
-  the IR; the integer decode has no such asm."""
+  the IR; the integer decode has no such asm. The asm e2m1 decode (asm_e2m1) is 8 integer
+  inline-PTX planes per K step, no cvt."""
   from jax._src.pallas.triton import lowering as triton_lowering
   fmt, elem, block = FORMATS[name]
-  plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"), native_fp8=native)
-  assert plan.native_fp8 == native
+  native, asm = decode == "native", decode == "asm"
+  plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"), native_fp8=native,
+                       asm_e2m1=asm)
+  assert plan.native_fp8 == native and plan.asm_e2m1 == asm
   n, k = 64, 256
   kw_ = fp8lab.packed_length(k, elem)
   s_shape = None
@@ -740,6 +843,9 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, native):
     assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)
     cvts = re.findall(r"cvt\.rn\.f16x2\.(e4m3|e5m2)x2", ir)
     assert cvts == ([elem] * 4 if native else []), cvts
+    planes = [i for i in range(8) if U._e2m1_plane_asm(i) in ir]
+    assert planes == (list(range(8)) if asm else []), planes
+    assert ir.count("prmt.b32 $0, x, 0,") == (8 if asm else 0)
 
 
 @pytest.mark.parametrize("native", [False, True])
@@ -817,6 +923,14 @@ def test_native_fp8_plan_only_for_fp8_elements():
     plan = G.format_plan(fmt, elem, block, False, native_fp8=True)
     assert plan.native_fp8 == (name in NATIVE_NAMES), name
     assert G.format_plan(fmt, elem, block, False).native_fp8 is False
+
+
+def test_asm_e2m1_plan_only_for_e2m1_elements_and_opt_in():
+  for name, (fmt, elem, block) in FORMATS.items():
+    plan = G.format_plan(fmt, elem, block, False, asm_e2m1=True)
+    assert plan.asm_e2m1 == (name in ASM_E2M1_NAMES) and not plan.native_fp8, name
+    assert G._route_log2(plan) == G._route_log2(G.format_plan(fmt, elem, block, False))
+    assert G.format_plan(fmt, elem, block, False).asm_e2m1 is False
 
 
 # ------------------------------------------------------------------ GPU only

@@ -11,9 +11,10 @@ rows and loops over K in steps of `block_k` words. Per step it loads the (rows, 
 of words and decodes it into `per_word` planes, plane i holding code i of each word
 (kernels/unpack.py: integer shifts and masks build float16 bit patterns, no conversion
 instruction; on sm_89+ GPUs e4m3 / e5m2 codes take the native decode by default instead,
-FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes). Every plane is
-an elementwise function of the word tile, so Triton loads the words straight into the
-tensor cores' operand layout (no shuffle through shared memory), and
+FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes; e2m1 codes may
+take the same float16 route as integer inline PTX, FormatPlan.asm_e2m1, opt-in). Every
+plane is an elementwise function of the word tile, so Triton loads the words straight into
+the tensor cores' operand layout (no shuffle through shared memory), and
 
     acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
@@ -188,6 +189,14 @@ class FormatPlan:
       (route 2^0). False for every other element format. The MX exact fallback keeps
       the integer route. Offline SASS (sm_90, 64x64 words, 4 warps): loop instructions
       per word 19.5 -> 8.2 (e4m3) and 12.5 -> 8.2 (e5m2) at batch 1.
+    asm_e2m1: decode the main loop's e2m1 codes (nvfp4, mxfp4) with
+      unpack.decode_planes_e2m1_asm: the same float16-route bits (route 2^-14 unchanged),
+      as integer inline PTX (prmt, shifts, and, lop3; no fp4 / fp8 converts, any CUDA GPU)
+      whose output register pairs plane i of two adjacent words as the MMA operand wants.
+      Opt-in (format_plan(..., asm_e2m1=True)) until measured on a GPU; False for other
+      element formats. The MX exact fallback keeps the shift-and-mask route. Offline SASS
+      (sm_90, default configs, main loop instructions per word, off -> on): nvfp4 40.9 ->
+      31.9 (batch 1), 47.3 -> 40.2 (16); mxfp4 41.4 -> 32.4 (1), 56.6 -> 47.9 (16).
   """
   format: str
   elem: ElementFormat
@@ -196,6 +205,7 @@ class FormatPlan:
   scale_row_div: int
   has_tensor_scale: bool
   native_fp8: bool = False
+  asm_e2m1: bool = False
 
   @property
   def per_word(self) -> int:
@@ -250,21 +260,24 @@ def native_fp8_requested(interpret: bool = False, fp8_decode: str | None = None)
 
 
 def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] | None,
-                has_tensor_scale: bool, native_fp8: bool = False) -> FormatPlan:
+                has_tensor_scale: bool, native_fp8: bool = False,
+                asm_e2m1: bool = False) -> FormatPlan:
   """Builds the kernel's view of a QuantizedArray's static metadata. `native_fp8` asks for
-  the native fp8 decode; it applies to e4m3 / e5m2 elements only (ignored for others)."""
+  the native fp8 decode; it applies to e4m3 / e5m2 elements only (ignored for others).
+  `asm_e2m1` asks for the inline-PTX integer decode of e2m1 elements (ignored for others)."""
   elem = get_format(element_format)
   native = bool(native_fp8) and elem.name in unpack.NATIVE_FORMATS
+  asm = bool(asm_e2m1) and elem.name == "e2m1"
   kind = _SCALE_KINDS.get(format)
   if kind is None:
-    return FormatPlan(format, elem, None, None, 1, has_tensor_scale, native)
+    return FormatPlan(format, elem, None, None, 1, has_tensor_scale, native, asm)
   if not block_shape:
     raise ValueError(f"format {format!r} needs a block_shape")
   block_len = block_shape[-1]
   row_div = block_shape[0] if len(block_shape) == 2 else 1
   if block_len % elem.per_word:
     raise ValueError(f"block length {block_len} is not a multiple of {elem.per_word} codes")
-  return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale, native)
+  return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale, native, asm)
 
 
 def _next_pow2(n: int) -> int:
@@ -282,7 +295,8 @@ def _operand_dtype(plan: FormatPlan):
 
 def _route_log2(plan: FormatPlan) -> int:
   """log2 of the factor between the main loop's decoded planes and the codes' values:
-  unpack.f16_route_log2 for the integer float16 route, 0 for the native decode."""
+  unpack.f16_route_log2 for the integer float16 route (asm_e2m1 too: the same bits), 0 for
+  the native decode."""
   return 0 if plan.native_fp8 else unpack.f16_route_log2(plan.elem)
 
 
@@ -333,6 +347,8 @@ def _decode(words: jax.Array, plan: FormatPlan, interpret: bool) -> list[jax.Arr
   """The main loop's float16 (bf16 weights: bfloat16) planes, value * 2^_route_log2(plan)."""
   if plan.native_fp8:
     return unpack.decode_planes_native(words, plan.elem, interpret=interpret)
+  if plan.asm_e2m1:
+    return unpack.decode_planes_e2m1_asm(words, interpret=interpret)
   return unpack.decode_planes_16bit(words, plan.elem)
 
 
@@ -357,8 +373,8 @@ def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
 
 def _mx_exact_planes(words: jax.Array, codes: jax.Array, plan: FormatPlan):
   """MX fallback operands: float32 code * 2^(c - 127) (exact), as bfloat16 (exact unless
-  below 2^-133). Always the integer float16 route (native_fp8 or not), undone by the
-  fallback's own fold (gemv_launch)."""
+  below 2^-133). Always the shift-and-mask float16 route (native_fp8 / asm_e2m1 or not),
+  undone by the fallback's own fold (gemv_launch)."""
   scale = _per_word(unpack.e8m0_scale_to_f32(codes), plan.words_per_block)
   return [(p * scale).astype(jnp.bfloat16) for p in unpack.decode_planes(words, plan.elem)]
 
@@ -382,7 +398,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
                  n_b: int, n_slots: int, bp: int, n_slots_exact: int, n_splits: int,
                  steps_per_split: int, interpret: bool):
   """Kernel body; see the module docstring for the arithmetic. `interpret`: Pallas
-  interpret mode (the native fp8 decode then uses its jnp twin instead of inline PTX)."""
+  interpret mode (the native fp8 and asm e2m1 decodes then use their jnp twins instead of
+  inline PTX)."""
   mx = plan.scale_kind == "e8m0"
   it = iter(refs)
   w_ref = next(it)

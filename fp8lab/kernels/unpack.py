@@ -7,6 +7,8 @@ lowering makes saturate (NUMERICS.md section 9). The one exception:
 `decode_planes_native` (fp8 -> float16 converts for sm_89+, which the GEMV uses there by
 default for e4m3 / e5m2 codes; see its docstring). They are
 NOT the golden model (fp8lab/numerics/codec.py); the tests compare the two over every code.
+`decode_planes_e2m1_asm` is the float16 route below for e2m1 codes written as inline PTX
+of integer instructions (prmt / shl / shr / and / lop3), opt-in (FormatPlan.asm_e2m1).
 
 The float16 route. A minifloat code with e <= 5 exponent bits, m mantissa bits and bias b,
 whose magnitude bits are moved to float16 bits [10 - m, 10 - m + e + m) and whose sign bit
@@ -41,7 +43,8 @@ import numpy as np
 from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
-           "decode_planes_native", "NATIVE_FORMATS", "e8m0_scale_to_f32", "e4m3_scale_to_f16"]
+           "decode_planes_native", "NATIVE_FORMATS", "decode_planes_e2m1_asm",
+           "e8m0_scale_to_f32", "e4m3_scale_to_f16"]
 
 _U = np.uint32
 
@@ -166,6 +169,104 @@ def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
                                        constraints="=r,r,r", pack=2,
                                        result_shape_dtypes=[out])[0]
           for i in range(fmt.per_word)]
+
+
+# decode_planes_e2m1_asm: plane i of two words ($1: word e, $2: word e + 1) as one f16x2
+# register, in integer PTX. Each op is (name, dst, *sources); ints are immediates.
+_E2M1_SIGN, _E2M1_MAG = 0x80808080, 0x0E0E0E0E        # per byte: float16 bits 15, 9..11
+_OR_AND = 0xEA                                        # lop3 table of (a & b) | c
+
+
+def _e2m1_plane_ops(i: int) -> list[tuple]:
+  """The integer program of e2m1 plane i (0 <= i < 8) for a pair of words.
+
+  Code i is nibble i % 2 of byte q = i // 2. (1) PRMT interleaves bytes q & ~1 and q | 1
+  of both words: r = (byte 1 of $2, byte 1 of $1, byte 0 of $2, byte 0 of $1) for q < 2
+  (bytes 3 and 2 for q >= 2), four codes of each word. (2) In every byte at once, the
+  high nibble (odd i; for even i, r << 4 first) becomes the high byte of its float16
+  pattern: sign kept at bit 7, magnitude shifted 3 down to bits 1..3, the rest cleared
+  (shr, and, lop3 (r & 0x80808080) | m); value * 2^-14, -0 for code 8. (3) PRMT with a
+  zero operand puts the byte of word e in bits 8..15 and of word e + 1 in bits 24..31,
+  zeros elsewhere. 5 instructions (odd i) or 6 (even i), but (1) is common to planes
+  with the same q // 2 and (2) to planes 2 apart, so after ptxas merges the repeats a
+  pair of words costs 2 + 2 * 3 + 2 * 4 + 8 = 24 instructions for its 16 codes.
+  """
+  assert 0 <= i < 8, i
+  q, odd = divmod(i, 2)
+  lo = 2 * (q % 2)                                     # byte of r holding word e's byte q
+  ops: list[tuple] = [("prmt", "r", "$1", "$2", 0x7362 if q >= 2 else 0x5140)]
+  src = "r"
+  if not odd:
+    ops.append(("shl", "s", "r", 4))
+    src = "s"
+  ops += [("shr", "m", src, 3), ("and", "m", "m", _E2M1_MAG),
+          ("lop3", "x", src, _E2M1_SIGN, "m", _OR_AND),
+          ("prmt", "$0", "x", 0, ((lo + 1) << 12) | (4 << 8) | (lo << 4) | 4)]
+  return ops
+
+
+def _e2m1_plane_asm(i: int) -> str:
+  """PTX text of _e2m1_plane_ops(i) (elementwise asm, pack=2)."""
+  arg = lambda v: (f"{v:#x}" if v > 9 else str(v)) if isinstance(v, int) else v
+  body = " ".join(f"{op}.b32 {', '.join(arg(v) for v in args)};"
+                  for op, *args in _e2m1_plane_ops(i))
+  return "{ .reg .b32 r, s, m, x; " + body + " }"
+
+
+def _run_e2m1_plane_ops(i: int, lo: jax.Array, hi: jax.Array) -> jax.Array:
+  """The same program in jnp on uint32 words ($1 = lo, $2 = hi): the asm's interpret twin."""
+  env = {"$1": lo, "$2": hi}
+  val = lambda v: _U(v) if isinstance(v, int) else env[v]
+  for op, dst, *src in _e2m1_plane_ops(i):
+    if op == "prmt":                         # default mode: byte k = byte sel[k] of {$2, $1}
+      a, b, sel = val(src[0]), val(src[1]), src[2]
+      r = jnp.zeros_like(a)
+      for k in range(4):
+        n = (sel >> (4 * k)) & 0xF
+        assert n < 8, sel                    # no sign-replicate mode
+        byte = ((b if n >= 4 else a) >> _U(8 * (n % 4))) & _U(0xFF)
+        r = r | (byte << _U(8 * k))
+    elif op in ("shl", "shr"):
+      r = _shl(val(src[0]), src[1] if op == "shl" else -src[1])
+    elif op == "and":
+      r = val(src[0]) & val(src[1])
+    else:                                    # lop3: table bit (a b c) = 4a + 2b + c
+      a, b, c, lut = val(src[0]), val(src[1]), val(src[2]), src[3]
+      r = jnp.zeros_like(a)
+      for idx in range(8):
+        if lut >> idx & 1:
+          r = r | ((a if idx & 4 else ~a) & (b if idx & 2 else ~b) & (c if idx & 1 else ~c))
+    env[dst] = r
+  return env["$0"]
+
+
+def decode_planes_e2m1_asm(words: jax.Array, *, interpret: bool = False) -> list[jax.Array]:
+  """decode_planes_16bit(words, E2M1) by inline PTX of integer instructions only.
+
+  The same float16 bits (value * 2^-14, -0 for code 8) as the shift-and-mask route, but
+  each plane is one asm call per two words (pack=2) whose output register already holds
+  the two float16 the MMA operand pairs (low half: word e), so Triton adds no byte
+  re-pairing; _e2m1_plane_ops has the instructions (3 per plane and word pair once ptxas
+  merges the repeats). No fp4 / fp8 conversion, so any CUDA GPU (sm_80 too) runs it.
+  Pallas kernels only: compiled, the asm; with `interpret=True` the same op list run by
+  _run_e2m1_plane_ops in jnp on words paired along the last axis (even length), which
+  the tests compare with decode_planes_16bit. The GEMV uses it when FormatPlan.asm_e2m1
+  is set (opt-in: not yet measured on a GPU).
+  """
+  if interpret:
+    assert words.shape[-1] % 2 == 0, words.shape
+    lo, hi = words[..., 0::2], words[..., 1::2]
+
+    def plane(i):
+      pair = _run_e2m1_plane_ops(i, lo, hi)
+      both = jnp.stack([pair & _U(0xFFFF), pair >> _U(16)], axis=-1).reshape(words.shape)
+      return lax.bitcast_convert_type(both.astype(jnp.uint16), jnp.float16)
+    return [plane(i) for i in range(8)]
+  out = jax.ShapeDtypeStruct(words.shape, jnp.float16)
+  return [plgpu.elementwise_inline_asm(_e2m1_plane_asm(i), args=[words],
+                                       constraints="=r,r,r", pack=2,
+                                       result_shape_dtypes=[out])[0]
+          for i in range(8)]
 
 
 def _nan_is_all_ones(fmt: ElementFormat) -> bool:
