@@ -38,8 +38,8 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       or "reference" (golden-model dequantize + jnp.dot at HIGHEST precision).
     interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel unless
       implementation="reference" is asked for, which is an error.
-    fp8_decode: how the kernel decodes e4m3 / e5m2 codes: None (see below), "native" or
-      "integer". Same results either way.
+    fp8_decode: how the kernel decodes e4m3 / e5m2 codes (elements, and NVFP4's E4M3
+      block scales): None (see below), "native" or "integer". Same results either way.
 
   Returns:
     (..., n_out) in x's dtype, accumulated in float32 (the kernel's order of operations
@@ -54,14 +54,15 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   the bound is then |y - y_exact| <= (k + 7) u sum|w x| + 2^-38 max|x| sum|w| + u |y|.
   float16 x, bf16 weights and the reference path have no such term.
 
-  Decoding e4m3 / e5m2 codes (formats "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2"): on a GPU of
-  compute capability >= 8.9 (Ada, Hopper and later) the kernel uses the GPU's fp8 ->
-  float16 conversion (PTX cvt.rn.f16x2.e4m3x2 / .e5m2x2), fewer instructions than the
-  integer decode it uses elsewhere (older GPUs, interpret mode); same results, bit for bit.
-  fp8_decode="integer" / "native" forces either (native: an error on GPUs without it); with
-  fp8_decode=None the environment variable FP8LAB_GEMV_NATIVE_FP8 can do the same ("0" /
-  "1"; read at each call, under jax.jit when the caller is traced). 4-bit formats always use
-  the integer decode.
+  Decoding e4m3 / e5m2 codes (the elements of formats "e4m3", "e5m2", "mxfp8",
+  "mxfp8_e5m2", and the E4M3 block scales of "nvfp4"): on a GPU of compute capability
+  >= 8.9 (Ada, Hopper and later) the kernel uses the GPU's fp8 -> float16 conversion (PTX
+  cvt.rn.f16x2.e4m3x2 / .e5m2x2), fewer instructions than the integer decode it uses
+  elsewhere (older GPUs, interpret mode); same results, bit for bit. fp8_decode="integer"
+  / "native" forces either (native: an error on GPUs without it); with fp8_decode=None the
+  environment variable FP8LAB_GEMV_NATIVE_FP8 can do the same ("0" / "1"; read at each
+  call, under jax.jit when the caller is traced). e2m1 codes (mxfp4, nvfp4) always take an
+  integer decode, written as inline PTX when compiled for a CUDA GPU.
 
   NaN / Inf: a NaN weight (e4m3 / e5m2 NaN code, MX scale 0xFF, NVFP4 NaN scale) makes its
   output row NaN for every x, as in the reference; Inf weights (e5m2) give +-Inf or NaN as
@@ -131,7 +132,8 @@ def _reference(w, x: jax.Array) -> jax.Array:
 
 def _pallas_2d(w, x2: jax.Array, interpret: bool, native_fp8: bool) -> jax.Array:
   plan = gemv_kernel.format_plan(w.format, w.element_format, w.block_shape,
-                                 w.tensor_scale is not None, native_fp8=native_fp8)
+                                 w.tensor_scale is not None, native_fp8=native_fp8,
+                                 asm_e2m1=gemv_kernel.asm_e2m1_default(interpret))
   return gemv_kernel.gemv_pallas(w.data, w.scales, w.tensor_scale, x2, plan=plan,
                                  n_out=w.shape[0], k=w.shape[1], interpret=interpret)
 

@@ -86,25 +86,32 @@ def _gemv_plan(w, x, **plan_kw):
 
 # Formats whose codes the native fp8 decode (FormatPlan.native_fp8) takes.
 NATIVE_NAMES = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2")
+# Formats whose E4M3 block scales it takes (FormatPlan.native_scale).
+NATIVE_SCALE_NAMES = ("nvfp4", "nvfp4_2d")
 
 
 @pytest.fixture
 def use_native(monkeypatch):
   """use_native(on): sets or clears FP8LAB_GEMV_NATIVE_FP8 for this test and makes every
   gemv_pallas call check that its plan uses the native decode exactly when asked (and the
-  format has e4m3 / e5m2 codes). Calls whose trace is cached (same shapes, same static
+  format has e4m3 / e5m2 codes: elements or NVFP4 scales), and the asm e2m1 decode exactly
+  when compiled for a GPU (e2m1 codes). Calls whose trace is cached (same shapes, same static
   native flag: gemv_packed passes it down as a static argument) do not reach gemv_pallas;
   returns the plans seen."""
   real = G.gemv_pallas
   seen = []
 
-  def set_(on: bool):
+  def set_(on: bool, asm: bool | None = None):
+    """asm: the asm e2m1 decode expected (None: gemv_packed's choice, on exactly on a GPU)."""
+    want_asm = ON_GPU if asm is None else asm
     if on and ON_GPU and not G._gpu_has_fp8_converts():
       pytest.skip("the native fp8 decode needs sm_89+")
     monkeypatch.setenv(G.NATIVE_FP8_ENV, "1" if on else "0")
 
     def spy(*a, plan, **kw):
       assert plan.native_fp8 == (on and plan.elem.name in U.NATIVE_FORMATS), plan
+      assert plan.native_scale == (on and plan.scale_kind == "e4m3"), plan
+      assert plan.asm_e2m1 == (want_asm and plan.elem.name == "e2m1"), plan
       seen.append(plan)
       return real(*a, plan=plan, **kw)
 
@@ -190,6 +197,23 @@ def test_decode_planes_every_code_every_position(elem_name):
   keep = ~nan
   np.testing.assert_array_equal(_bits(got[keep]), _bits(want[keep]))
   np.testing.assert_array_equal(_bits(got16[keep]), _bits(want[keep]))
+
+
+def test_e4m3_scale_native_twin_equals_the_integer_scale_decode_on_every_code():
+  """NVFP4's native scale decode (interpret-mode twin of prmt + cvt.rn.f16x2.e4m3x2 on the
+  codes widened to words) and the integer decode give the same float16 bits for every
+  finite code, both the golden value, and NaN for both NaN codes."""
+  codes = jnp.arange(256, dtype=jnp.uint32).astype(jnp.uint8).reshape(2, 128)
+  nat = np.asarray(U.e4m3_scale_to_f16_native(codes, interpret=True)).reshape(-1)
+  ref = np.asarray(U.e4m3_scale_to_f16(codes)).reshape(-1)
+  gold = np.asarray(fp8lab.decode(codes.reshape(-1), get_format("e4m3")), np.float32)
+  nan = np.isnan(gold)
+  assert nan.sum() == 2
+  np.testing.assert_array_equal(np.isnan(nat), nan)
+  np.testing.assert_array_equal(np.isnan(ref), nan)
+  np.testing.assert_array_equal(_bits(nat[~nan]), _bits(ref[~nan]))
+  np.testing.assert_array_equal(nat[~nan].astype(np.float32), gold[~nan])
+  np.testing.assert_array_equal(np.signbit(nat[~nan]), np.signbit(gold[~nan]))
 
 
 @pytest.mark.parametrize("elem_name", ["e4m3", "e5m2"])
@@ -298,18 +322,20 @@ def test_scale_decoders_every_code(kind):
 # Batches 1..64 and the three x dtypes spread over the formats (interpret mode is slow):
 # the batch decides how many columns the dots have (x parts times the batch padded to a
 # power of two, at least 8) and which config bucket applies.
-# The fp8 formats again with the native decode (FP8LAB_GEMV_NATIVE_FP8=1), the e2m1 formats
-# with the asm decode (FormatPlan.asm_e2m1, through gemv_pallas).
+# The fp8 formats and NVFP4 (its E4M3 scales) again with the native decode
+# (FP8LAB_GEMV_NATIVE_FP8=1), the e2m1 formats with the asm decode (FormatPlan.asm_e2m1,
+# through gemv_pallas; in interpret mode gemv_packed takes the shift-and-mask route).
 _EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3], decode)
                 for i, name in enumerate(FORMATS)
                 for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4", "nvfp4") else 5))
-                for decode in ("integer",) + ("native",) * (name in NATIVE_NAMES)
+                for decode in ("integer",)
+                + ("native",) * (name in NATIVE_NAMES + NATIVE_SCALE_NAMES)
                 + ("asm",) * (name in ASM_E2M1_NAMES)]
 
 
 @pytest.mark.parametrize("name,batch,xdt,decode", _EXACT_CASES)
 def test_exact_on_small_integers(name, batch, xdt, decode, use_native):
-  use_native(decode == "native")
+  use_native(decode == "native", asm=True if decode == "asm" else None)
   rng = np.random.default_rng(hash((name, batch)) % 2**32)
   n, k = SHAPE
   w, deq = _integer_weight(name, n, k, rng)
@@ -611,7 +637,7 @@ def test_k_split_choice():
 
 @pytest.mark.parametrize("name,native", [("e4m3", False), ("mxfp8", False), ("mxfp4", False),
                                          ("nvfp4", False), ("nvfp4_2d", False),
-                                         ("e4m3", True), ("mxfp8", True)])
+                                         ("e4m3", True), ("mxfp8", True), ("nvfp4", True)])
 @pytest.mark.parametrize("batch", [1, 16])
 def test_nan_weights_make_their_row_nan_and_nothing_else(name, native, batch, use_native):
   use_native(native)
@@ -671,6 +697,33 @@ def test_every_code_at_every_word_position_through_the_kernel(name, native, use_
     y = np.asarray(_gemv(w, jnp.ones((k,), xdt)), np.float32)
     np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
     ok = ~np.isnan(want)
+    np.testing.assert_array_equal(_bits(y[ok]), _bits(want[ok]))
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_every_nvfp4_scale_code_through_the_kernel(native, use_native):
+  """Row s has E4M3 block scale code s on block 0 and 255 - s on block 1, and every element
+  1.0 (e2m1 code 2); with x = ones, y = 8 * (value(s) + value(255 - s)) (tensor scale 0.5;
+  exact in float32, then rounded to x's dtype), bit for bit for every scale code (subnormals, -0, the largest), NaN where either scale is
+  a NaN code. On the GPU this checks the compiled scale decode: integer, or the native
+  cvt.rn.f16x2.e4m3x2 (FormatPlan.native_scale)."""
+  use_native(native)
+  n, k = 256, 32
+  codes = jnp.full((n, k), 0x2, jnp.uint8)                      # e2m1 1.0
+  s = np.arange(256, dtype=np.uint8)
+  scales = jnp.asarray(np.stack([s, 255 - s], axis=1))
+  w = QuantizedArray(fp8lab.pack(codes, "e2m1"), scales, jnp.float32(0.5), format="nvfp4",
+                     element_format="e2m1", shape=(n, k), axis=1, block_shape=(16,),
+                     scale_mode=None, hadamard=None)
+  sv = np.asarray(fp8lab.decode(jnp.asarray(np.asarray(scales)), get_format("e4m3")),
+                  np.float64)
+  exact = 8.0 * (sv[:, 0] + sv[:, 1]) + 0.0                  # exact in float32
+  for xdt in (jnp.float16, jnp.float32):
+    want = exact.astype(np.float32).astype(xdt)                 # y in x's dtype
+    y = np.asarray(_gemv(w, jnp.ones((k,), xdt)))
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert ok.sum() == 252
     np.testing.assert_array_equal(_bits(y[ok]), _bits(want[ok]))
 
 
@@ -794,7 +847,7 @@ _FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
 
 
 @pytest.mark.parametrize("name,decode", [(n, "integer") for n in FORMATS] +
-                         [(n, "native") for n in NATIVE_NAMES] +
+                         [(n, "native") for n in NATIVE_NAMES + NATIVE_SCALE_NAMES] +
                          [(n, "asm") for n in ASM_E2M1_NAMES])
 def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   """The Triton IR handed to the compiler (lowered for an H200 here, also on a CPU) has no
@@ -802,14 +855,16 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   come out of it; the integer decode decodes every code with integer ops (see BUILD.md for
   the PTX check). The native decode (native_fp8, the default for e4m3 / e5m2 codes on sm_89+
   GPUs) converts only in its inline PTX (cvt.rn.f16x2.<elem>x2), still with no fp8 type in
-  the IR; the integer decode has no such asm. The asm e2m1 decode (asm_e2m1) is 8 integer
-  inline-PTX planes per K step, no cvt."""
+  the IR; the integer decode has no such asm. NVFP4's native scale decode (native_scale) is
+  one such e4m3 cvt per K step. The asm e2m1 decode (asm_e2m1) is 8 integer inline-PTX
+  planes per K step, no cvt."""
   from jax._src.pallas.triton import lowering as triton_lowering
   fmt, elem, block = FORMATS[name]
   native, asm = decode == "native", decode == "asm"
   plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"), native_fp8=native,
                        asm_e2m1=asm)
-  assert plan.native_fp8 == native and plan.asm_e2m1 == asm
+  assert plan.native_fp8 == (native and name in NATIVE_NAMES) and plan.asm_e2m1 == asm
+  assert plan.native_scale == (native and name in NATIVE_SCALE_NAMES)
   n, k = 64, 256
   kw_ = fp8lab.packed_length(k, elem)
   s_shape = None
@@ -842,7 +897,8 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
     assert "tt.func" in ir and "fp8lab_gemv" in ir
     assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)
     cvts = re.findall(r"cvt\.rn\.f16x2\.(e4m3|e5m2)x2", ir)
-    assert cvts == ([elem] * 4 if native else []), cvts
+    assert cvts == ([elem] * 4 if plan.native_fp8 else ["e4m3"] if plan.native_scale
+                    else []), cvts
     planes = [i for i in range(8) if U._e2m1_plane_asm(i) in ir]
     assert planes == (list(range(8)) if asm else []), planes
     assert ir.count("prmt.b32 $0, x, 0,") == (8 if asm else 0)
@@ -918,19 +974,27 @@ def test_fp8_decode_argument_reaches_the_plan(fp8_decode, monkeypatch):
   assert [p.native_fp8 for p in seen] == [native]
 
 
-def test_native_fp8_plan_only_for_fp8_elements():
+def test_native_fp8_plan_only_for_fp8_elements_and_nvfp4_scales():
   for name, (fmt, elem, block) in FORMATS.items():
     plan = G.format_plan(fmt, elem, block, False, native_fp8=True)
     assert plan.native_fp8 == (name in NATIVE_NAMES), name
-    assert G.format_plan(fmt, elem, block, False).native_fp8 is False
+    assert plan.native_scale == (name in NATIVE_SCALE_NAMES), name
+    plain = G.format_plan(fmt, elem, block, False)
+    assert plain.native_fp8 is False and plain.native_scale is False
+    # The scales' decode leaves the elements' route alone.
+    assert G._route_log2(plan) == (0 if plan.native_fp8 else G._route_log2(plain))
 
 
-def test_asm_e2m1_plan_only_for_e2m1_elements_and_opt_in():
+def test_asm_e2m1_plan_only_for_e2m1_elements_and_compiled_cuda():
   for name, (fmt, elem, block) in FORMATS.items():
     plan = G.format_plan(fmt, elem, block, False, asm_e2m1=True)
     assert plan.asm_e2m1 == (name in ASM_E2M1_NAMES) and not plan.native_fp8, name
     assert G._route_log2(plan) == G._route_log2(G.format_plan(fmt, elem, block, False))
     assert G.format_plan(fmt, elem, block, False).asm_e2m1 is False
+  # gemv_packed's choice: compiled for a CUDA GPU, never in interpret mode.
+  assert G.asm_e2m1_default(interpret=True) is False
+  assert G.asm_e2m1_default() is (G._cuda_capability() is not None)
+  assert G.asm_e2m1_default() is ON_GPU
 
 
 # ------------------------------------------------------------------ GPU only

@@ -11,8 +11,9 @@ rows and loops over K in steps of `block_k` words. Per step it loads the (rows, 
 of words and decodes it into `per_word` planes, plane i holding code i of each word
 (kernels/unpack.py: integer shifts and masks build float16 bit patterns, no conversion
 instruction; on sm_89+ GPUs e4m3 / e5m2 codes take the native decode by default instead,
-FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes; e2m1 codes may
-take the same float16 route as integer inline PTX, FormatPlan.asm_e2m1, opt-in). Every
+FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes; compiled for a
+CUDA GPU, e2m1 codes take the same float16 route written as integer inline PTX,
+FormatPlan.asm_e2m1). Every
 plane is an elementwise function of the word tile, so Triton loads the words straight into
 the tensor cores' operand layout (no shuffle through shared memory), and
 
@@ -97,7 +98,7 @@ from fp8lab.kernels import unpack
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
            "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts",
-           "NATIVE_FP8_ENV", "FP8_DECODES", "native_fp8_requested"]
+           "NATIVE_FP8_ENV", "FP8_DECODES", "native_fp8_requested", "asm_e2m1_default"]
 
 _U = np.uint32
 
@@ -193,10 +194,14 @@ class FormatPlan:
       unpack.decode_planes_e2m1_asm: the same float16-route bits (route 2^-14 unchanged),
       as integer inline PTX (prmt, shifts, and, lop3; no fp4 / fp8 converts, any CUDA GPU)
       whose output register pairs plane i of two adjacent words as the MMA operand wants.
-      Opt-in (format_plan(..., asm_e2m1=True)) until measured on a GPU; False for other
-      element formats. The MX exact fallback keeps the shift-and-mask route. Offline SASS
-      (sm_90, default configs, main loop instructions per word, off -> on): nvfp4 40.9 ->
-      31.9 (batch 1), 47.3 -> 40.2 (16); mxfp4 41.4 -> 32.4 (1), 56.6 -> 47.9 (16).
+      format_plan's default is False; gemv_packed sets it when compiling for a CUDA GPU
+      (asm_e2m1_default). False for other element formats. The MX exact fallback keeps the
+      shift-and-mask route. Offline SASS (sm_90, default configs, main loop instructions
+      per word, off -> on): nvfp4 40.9 -> 31.9 (batch 1), 47.3 -> 40.2 (16); mxfp4 41.4 ->
+      32.4 (1), 56.6 -> 47.9 (16). Measured on the H200: see asm_e2m1_default.
+    native_scale: decode NVFP4's E4M3 block scales with the fp8 -> float16 convert
+      (unpack.e4m3_scale_to_f16_native, sm_89+) instead of the integer route; the same
+      values. Set by format_plan's native_fp8 for "e4m3" scale kinds.
   """
   format: str
   elem: ElementFormat
@@ -206,6 +211,7 @@ class FormatPlan:
   has_tensor_scale: bool
   native_fp8: bool = False
   asm_e2m1: bool = False
+  native_scale: bool = False
 
   @property
   def per_word(self) -> int:
@@ -218,21 +224,37 @@ class FormatPlan:
 
 _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4": "e4m3"}
 
-# How fp8lab.gemv_packed decodes e4m3 / e5m2 codes (formats e4m3, e5m2, mxfp8,
-# mxfp8_e5m2) when its fp8_decode argument is None: "1" the native fp8 decode
-# (FormatPlan.native_fp8; sm_89+ GPUs), "0" the integer float16 route; unset: native on a GPU
+# How fp8lab.gemv_packed decodes e4m3 / e5m2 codes (elements of formats e4m3, e5m2, mxfp8,
+# mxfp8_e5m2; NVFP4's E4M3 scales) when its fp8_decode argument is None: "1" the native fp8
+# decode (FormatPlan.native_fp8 / native_scale; sm_89+ GPUs), "0" the integer route; unset: native on a GPU
 # of compute capability >= 8.9 (faster on the H200: BUILD.md), integer in interpret mode and
 # on older GPUs. Read at each gemv_packed call (under jax.jit: when the caller is traced).
 NATIVE_FP8_ENV = "FP8LAB_GEMV_NATIVE_FP8"
 
 
-def _gpu_has_fp8_converts() -> bool:
-  """Whether JAX's first device is a CUDA GPU of compute capability >= 8.9."""
+def _cuda_capability() -> float | None:
+  """The compute capability of JAX's first device if it is a CUDA GPU, else None."""
   dev = jax.devices()[0]
   try:
-    return dev.platform == "gpu" and float(dev.compute_capability) >= 8.9
+    return float(dev.compute_capability) if dev.platform == "gpu" else None
   except (AttributeError, TypeError, ValueError):     # no CUDA compute capability (ROCm, ...)
-    return False
+    return None
+
+
+def _gpu_has_fp8_converts() -> bool:
+  """Whether JAX's first device is a CUDA GPU of compute capability >= 8.9."""
+  cc = _cuda_capability()
+  return cc is not None and cc >= 8.9
+
+
+def asm_e2m1_default(interpret: bool = False) -> bool:
+  """Whether gemv_packed's kernel decodes e2m1 codes with the inline-PTX integer program
+  (FormatPlan.asm_e2m1): when compiling for a CUDA GPU (integer instructions only, so any
+  compute capability). Interpret mode, and GPUs that take no PTX, use the shift-and-mask
+  route; both give the same bits (the tests run the asm's jnp twin in interpret mode).
+  Measured on the H200 (benchmarks/results/gemv_e2m1_asm_h200_20261130.txt): nvfp4 kernel
+  69.4 -> 61.2 us, mxfp4 79.7 -> 78.1 at 16384^2, batch 1, default configs."""
+  return not interpret and _cuda_capability() is not None
 
 
 FP8_DECODES = (None, "native", "integer")
@@ -263,8 +285,9 @@ def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] |
                 has_tensor_scale: bool, native_fp8: bool = False,
                 asm_e2m1: bool = False) -> FormatPlan:
   """Builds the kernel's view of a QuantizedArray's static metadata. `native_fp8` asks for
-  the native fp8 decode; it applies to e4m3 / e5m2 elements only (ignored for others).
-  `asm_e2m1` asks for the inline-PTX integer decode of e2m1 elements (ignored for others)."""
+  the native fp8 decode of every e4m3 / e5m2 code: e4m3 / e5m2 elements (native_fp8) and
+  NVFP4's E4M3 block scales (native_scale); ignored for others. `asm_e2m1` asks for the
+  inline-PTX integer decode of e2m1 elements (ignored for others)."""
   elem = get_format(element_format)
   native = bool(native_fp8) and elem.name in unpack.NATIVE_FORMATS
   asm = bool(asm_e2m1) and elem.name == "e2m1"
@@ -277,7 +300,8 @@ def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] |
   row_div = block_shape[0] if len(block_shape) == 2 else 1
   if block_len % elem.per_word:
     raise ValueError(f"block length {block_len} is not a multiple of {elem.per_word} codes")
-  return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale, native, asm)
+  return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale, native, asm,
+                    native_scale=bool(native_fp8) and kind == "e4m3")
 
 
 def _next_pow2(n: int) -> int:
@@ -363,7 +387,9 @@ def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
   if plan.scale_kind == "e4m3":
     # The E4M3 scale's true value is exact in float16; so is its product with a
     # float16-route e2m1 code (<= 6 significant bits, >= 2^-24).
-    s16 = _per_word(unpack.e4m3_scale_to_f16(codes), wpb)
+    s16 = (unpack.e4m3_scale_to_f16_native(codes, interpret=interpret) if plan.native_scale
+           else unpack.e4m3_scale_to_f16(codes))
+    s16 = _per_word(s16, wpb)
     return [p * s16 for p in _decode(words, plan, interpret)], None
   fac, far, m = _mx_factors(codes, plan.elem, _route_log2(plan))
   fac = _per_word(fac, wpb)

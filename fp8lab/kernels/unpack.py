@@ -8,7 +8,8 @@ lowering makes saturate (NUMERICS.md section 9). The one exception:
 default for e4m3 / e5m2 codes; see its docstring). They are
 NOT the golden model (fp8lab/numerics/codec.py); the tests compare the two over every code.
 `decode_planes_e2m1_asm` is the float16 route below for e2m1 codes written as inline PTX
-of integer instructions (prmt / shl / shr / and / lop3), opt-in (FormatPlan.asm_e2m1).
+of integer instructions (prmt / shl / shr / and / lop3), which the GEMV uses when compiled
+for a CUDA GPU (FormatPlan.asm_e2m1).
 
 The float16 route. A minifloat code with e <= 5 exponent bits, m mantissa bits and bias b,
 whose magnitude bits are moved to float16 bits [10 - m, 10 - m + e + m) and whose sign bit
@@ -44,7 +45,8 @@ from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
            "decode_planes_native", "NATIVE_FORMATS", "decode_planes_e2m1_asm",
-           "e8m0_scale_to_f32", "e4m3_scale_to_f16"]
+           "e8m0_scale_to_f32", "e4m3_scale_to_f16",
+           "e4m3_scale_to_f16_native"]
 
 _U = np.uint32
 
@@ -160,15 +162,26 @@ def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
   fp8_decode); the integer route above is used everywhere else.
   """
   assert fmt.name in NATIVE_FORMATS, fmt
+  return [_native_plane(words, fmt, i, interpret) for i in range(fmt.per_word)]
+
+
+def _native_plane(words: jax.Array, fmt: ElementFormat, i: int, interpret: bool) -> jax.Array:
+  """Plane i of decode_planes_native."""
   if interpret:
-    return [lax.bitcast_convert_type(_shl(words, -fmt.bits * i).astype(jnp.uint8),
-                                     fmt.dtype).astype(jnp.float16)
-            for i in range(fmt.per_word)]
+    return lax.bitcast_convert_type(_shl(words, -fmt.bits * i).astype(jnp.uint8),
+                                    fmt.dtype).astype(jnp.float16)
   out = jax.ShapeDtypeStruct(words.shape, jnp.float16)
-  return [plgpu.elementwise_inline_asm(_native_plane_asm(fmt, i), args=[words],
-                                       constraints="=r,r,r", pack=2,
-                                       result_shape_dtypes=[out])[0]
-          for i in range(fmt.per_word)]
+  return plgpu.elementwise_inline_asm(_native_plane_asm(fmt, i), args=[words],
+                                      constraints="=r,r,r", pack=2,
+                                      result_shape_dtypes=[out])[0]
+
+
+def e4m3_scale_to_f16_native(codes: jax.Array, *, interpret: bool = False) -> jax.Array:
+  """e4m3_scale_to_f16 by the fp8 -> float16 conversion (sm_89+, Pallas kernels only):
+  the codes widened to uint32 words, plane 0 of decode_planes_native (one prmt + cvt per
+  two codes; the last axis pairs them, so its length must be even). Same values (exact),
+  NaN for the NaN codes."""
+  return _native_plane(codes.astype(jnp.uint32), E4M3, 0, interpret)
 
 
 # decode_planes_e2m1_asm: plane i of two words ($1: word e, $2: word e + 1) as one f16x2
@@ -251,7 +264,7 @@ def decode_planes_e2m1_asm(words: jax.Array, *, interpret: bool = False) -> list
   Pallas kernels only: compiled, the asm; with `interpret=True` the same op list run by
   _run_e2m1_plane_ops in jnp on words paired along the last axis (even length), which
   the tests compare with decode_planes_16bit. The GEMV uses it when FormatPlan.asm_e2m1
-  is set (opt-in: not yet measured on a GPU).
+  is set (gemv_packed: whenever it compiles for a CUDA GPU).
   """
   if interpret:
     assert words.shape[-1] % 2 == 0, words.shape
