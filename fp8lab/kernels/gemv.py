@@ -153,12 +153,17 @@ def _cfg(br, bk, nw=4, ns=3):
 # Batch 64 from six candidates at 16384^2 (benchmarks/results/gemv_b64_h200_20261130.txt):
 # e4m3 64x32 w4 244.8 us (next 64x16 258.4), nvfp4 64x16 w4 s3 225.5 (64x32: 355.1),
 # mxfp4 128x32 w8 414.0 (64x32: 539.4).
+# nvfp4 up to batch 4 (the same 8-column dots as batch 1) with the asm e2m1 decode and native
+# scales: 128 rows x 32 words w4 s3, kernel 50.8 us vs 58.9 for 64x32 w4 s4 at 16384^2, 14.0
+# vs 17.9 at 4096 x 14336, 16.4 vs 16.7 at 14336 x 4096; nvfp4 16x16 48.7 vs 56.7; batch 16
+# keeps 64x32 (73.7 vs 107.6 for 128x32 w8) (benchmarks/results/
+# gemv_nvfp4_native_scale_h200_20261130.txt).
 _B64 = _cfg(64, 32, 4, 2)
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     **{name: {16: _cfg(64, 64, 4, 3), 64: _B64}
        for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "f16", "bf16")},
     "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _cfg(128, 32, 8, 2)},
-    "nvfp4": {16: _cfg(64, 32, 4, 4), 64: _cfg(64, 16, 4, 3)},
+    "nvfp4": {4: _cfg(128, 32, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _cfg(64, 16, 4, 3)},
 }
 
 
