@@ -704,8 +704,8 @@ def test_every_code_at_every_word_position_through_the_kernel(name, native, use_
 def test_every_nvfp4_scale_code_through_the_kernel(native, use_native):
   """Row s has E4M3 block scale code s on block 0 and 255 - s on block 1, and every element
   1.0 (e2m1 code 2); with x = ones, y = 8 * (value(s) + value(255 - s)) (tensor scale 0.5;
-  exact in float32, then rounded to x's dtype), bit for bit for every scale code (subnormals, -0, the largest), NaN where either scale is
-  a NaN code. On the GPU this checks the compiled scale decode: integer, or the native
+  exact in float32, then rounded to x's dtype), bit for bit for every scale code
+  (subnormals, -0, the largest), NaN where either scale is a NaN code. On the GPU this checks the compiled scale decode: integer, or the native
   cvt.rn.f16x2.e4m3x2 (FormatPlan.native_scale)."""
   use_native(native)
   n, k = 256, 32

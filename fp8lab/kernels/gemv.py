@@ -13,9 +13,9 @@ of words and decodes it into `per_word` planes, plane i holding code i of each w
 instruction; on sm_89+ GPUs e4m3 / e5m2 codes take the native decode by default instead,
 FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes; compiled for a
 CUDA GPU, e2m1 codes take the same float16 route written as integer inline PTX,
-FormatPlan.asm_e2m1). Every
-plane is an elementwise function of the word tile, so Triton loads the words straight into
-the tensor cores' operand layout (no shuffle through shared memory), and
+FormatPlan.asm_e2m1). Every plane is an elementwise function of the word tile, so Triton
+loads the words straight into the tensor cores' operand layout (no shuffle through shared
+memory), and
 
     acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
@@ -231,9 +231,9 @@ _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4":
 
 # How fp8lab.gemv_packed decodes e4m3 / e5m2 codes (elements of formats e4m3, e5m2, mxfp8,
 # mxfp8_e5m2; NVFP4's E4M3 scales) when its fp8_decode argument is None: "1" the native fp8
-# decode (FormatPlan.native_fp8 / native_scale; sm_89+ GPUs), "0" the integer route; unset: native on a GPU
-# of compute capability >= 8.9 (faster on the H200: BUILD.md), integer in interpret mode and
-# on older GPUs. Read at each gemv_packed call (under jax.jit: when the caller is traced).
+# decode (FormatPlan.native_fp8 / native_scale; sm_89+ GPUs), "0" the integer route; unset:
+# native on a GPU of compute capability >= 8.9 (faster on the H200: BUILD.md), integer in
+# interpret mode and on older GPUs. Read at each gemv_packed call (under jax.jit: when the caller is traced).
 NATIVE_FP8_ENV = "FP8LAB_GEMV_NATIVE_FP8"
 
 
