@@ -1,13 +1,18 @@
-"""One GEMV kernel launch per format for Nsight Compute (hardware counters), on the GPU.
+"""GEMV kernel launches of one or more formats for Nsight Compute (hardware counters), on the GPU.
 
-Runs fp8lab's kernel (default config, batch B) at N x N for each format in FORMATS after two
-warm-up calls; `ncu -k regex:fp8lab_gemv -c 9` profiles all three launches of each (the
-third is the one to read).
-Results: benchmarks/results/gemv_ncu_h200_20261130.txt (and its command line).
+Runs fp8lab's kernel (the defaults gemv_packed would pick: config, native / asm decodes;
+batch NCU_B) at NCU_N x NCU_N, three launches per format in NCU_FORMATS (two warm-ups). ncu
+prints its report only when the program exits and replays each profiled kernel ~18 times for
+the sections below, so profile one format per process and only its third launch:
 
-  PYTHONPATH=. ncu --clock-control none -k regex:fp8lab_gemv -c 9 \
-      --section SpeedOfLight --section Occupancy --section SchedulerStats \
-      --section WarpStateStats --section LaunchStats python3 benchmarks/ncu_gemv.py
+  PYTHONPATH=. NCU_FORMATS=nvfp4 ncu --clock-control none -k regex:fp8lab_gemv \
+      --launch-skip 2 --launch-count 1 --section SpeedOfLight --section Occupancy \
+      --section SchedulerStats --section WarpStateStats --section LaunchStats \
+      python3 benchmarks/ncu_gemv.py
+
+A first attempt (2026-11-30, all three launches of nvfp4, mxfp4 and e4m3 in one process, -c 9)
+profiled 7 launches and ran past its 360 s limit before the report was printed: no counters
+were recorded.
 """
 import os, sys, warnings
 warnings.filterwarnings("ignore")
