@@ -75,9 +75,10 @@ def _log(*a):
   print(f"[{time.time() - _T0:6.1f}s]", *a, flush=True)
 
 
-def plan_of(name: str) -> G.FormatPlan:
+def plan_of(name: str, **decode) -> G.FormatPlan:
+  """format_plan of a FORMATS name; `decode`: format_plan's native_fp8 / asm_e2m1."""
   elem, bs, ts = FORMATS[name]
-  return G.format_plan("nvfp4" if name == "nvfp4_2d" else name, elem, bs, ts)
+  return G.format_plan("nvfp4" if name == "nvfp4_2d" else name, elem, bs, ts, **decode)
 
 
 def random_weight(key, name: str, n: int, k: int):
