@@ -1,0 +1,98 @@
+"""Probe: programs per SM. Launch configs with K splits against the kernel and op device times.
+
+Nsight Compute (benchmarks/results/gemv_ncu_h200_20261130.txt) shows the 16384^2 batch-1
+kernels run 256 programs on 132 SMs: about 2 blocks, 8 warps, per SM, while registers allow
+4 (nvfp4) or 3 (mxfp4); the 4-bit kernels then leave issue slots idle ("no eligible warp"
+about half the cycles). This probe times configs that launch more programs: more K splits
+(GemvConfig.k_splits) or more warps per program. For each case: the median device time of
+the fp8lab_gemv kernel and the op's device time per GEMV (every kernel of the call: x
+preparation, the GEMV, the fixed-order sum of the K splits), over 3 calls of R distinct
+weight copies each, after 10 warm-up calls. Work stops starting new rows after
+PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
+
+  PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
+"""
+import json, os, sys, time, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.getcwd())
+import jax, numpy as np
+from benchmarks import timing
+from benchmarks.gpu_tune import random_weight, plan_of
+from fp8lab.kernels import gemv as G
+
+R = int(os.environ.get("PROBE_COPIES", "8"))
+BUDGET_S = float(os.environ.get("PROBE_BUDGET_S", "420"))
+T0 = time.time()
+S = 16384
+# (format, n_out, k, batch, [(block_rows, block_k, num_warps, num_stages, k_splits)]);
+# k_splits 0 is the automatic rule of main; the default config comes first.
+WORK = [
+    ("nvfp4", S, S, 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 4), (128, 32, 4, 3, 8),
+                        (128, 32, 8, 3, 2), (128, 32, 8, 3, 4), (64, 32, 4, 4, 2),
+                        (64, 32, 4, 4, 4), (256, 32, 8, 3, 4)]),
+    ("mxfp4", S, S, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2), (64, 64, 4, 3, 4),
+                        (64, 32, 4, 4, 2), (128, 32, 8, 3, 2), (128, 32, 8, 3, 4),
+                        (128, 64, 8, 3, 2), (64, 64, 8, 3, 2)]),
+    ("nvfp4", S, S, 16, [(64, 32, 4, 4, 0), (64, 32, 4, 4, 2), (64, 32, 4, 4, 4),
+                         (128, 32, 8, 3, 2), (128, 32, 8, 3, 4), (64, 16, 4, 4, 2)]),
+    ("mxfp4", S, S, 16, [(64, 32, 4, 4, 0), (64, 32, 4, 4, 2), (64, 32, 4, 4, 4),
+                         (128, 32, 8, 3, 2), (64, 16, 4, 4, 2)]),
+    ("e4m3", S, S, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2), (64, 64, 4, 3, 4),
+                       (128, 64, 8, 3, 2)]),
+    ("e5m2", S, S, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]),
+    ("mxfp8", S, S, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2), (64, 64, 4, 3, 4)]),
+    ("nvfp4_2d", S, S, 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 4)]),
+    ("e4m3", S, S, 16, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]),
+    ("mxfp8", S, S, 16, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]),
+    ("nvfp4", 4096, 14336, 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 8), (64, 32, 4, 4, 8)]),
+    ("mxfp4", 4096, 14336, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 4), (64, 64, 4, 3, 8)]),
+    ("nvfp4", 14336, 4096, 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 2), (128, 32, 4, 3, 4)]),
+    ("mxfp4", 14336, 4096, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]),
+]
+rows = []
+
+
+def save():
+  out = os.environ.get("OUT")
+  if out:
+    with open(os.path.join(out, "probe_splits.json"), "w") as fh:
+      json.dump(dict(device=jax.devices()[0].device_kind, jax=jax.__version__,
+                     commit=os.environ.get("FP8LAB_GIT_COMMIT"),
+                     date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), copies=R,
+                     rows=rows), fh, indent=1)
+
+
+def device_us(plan, cfg, n, k, args, runs=3):
+  f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
+  comp = timing.compile_unrolled(f, args)
+  for _ in range(10):
+    out = comp(args)
+  jax.block_until_ready(out)
+  dev = timing.device_kernel_times(comp, args, runs=runs)
+  g = [d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]
+  op = sum(sum(ds) for ds in dev.values()) / (runs * len(args))
+  return float(np.median(g)), float(op)
+
+
+print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, flush=True)
+for name, n, k, b, cands in WORK:
+  if time.time() - T0 > BUDGET_S:
+    print("budget spent: stopping", flush=True)
+    break
+  ws = [random_weight(jax.random.key(i), name, n, k) for i in range(R)]
+  xs = [jax.random.normal(jax.random.key(100 + i), (b, k)) for i in range(R)]
+  args = [w + (x,) for w, x in zip(ws, xs)]
+  plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
+  for c in cands:
+    if time.time() - T0 > BUDGET_S:
+      break
+    cfg = G.GemvConfig(*c)
+    try:
+      kern, op = device_us(plan, cfg, n, k, args)
+    except Exception as e:                       # a config that does not compile: say so
+      print(f"{name} {n}x{k} B{b} {c} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
+      continue
+    rows.append(dict(format=name, n=n, k=k, batch=b, config=c, kernel_us=kern, op_us=op))
+    save()
+    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):22s} kernel {kern:7.1f}  op {op:7.1f}", flush=True)
+print(f"done in {time.time() - T0:.0f} s", flush=True)
