@@ -479,6 +479,68 @@ def test_mx_block_scales_far_apart(name, native, spread, use_native):
   np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("name", ["mxfp4", "mxfp8"])
+def test_mx_far_blocks_take_the_fallback_only_with_nonzero_codes(name):
+  """The MX fallback decision, seen through its numerics. All-zero blocks get scale code 0
+  (far below their row's other blocks); x is 1 there and ints * 2^-40 elsewhere, so the
+  float16 x split of the fast path loses the small elements (below its window) while the
+  exact fallback keeps them. (A) zero blocks with code 0 must give the same bits as (B) the
+  same zero blocks with a near code (fast path only), and differ from the exact product
+  (else this test could not tell the paths apart); (C) a nonzero code in code-0 blocks
+  must take the fallback: the exact float64 product, bit for bit."""
+  rng = np.random.default_rng(hash(name) % 2**32)
+  n, k = SHAPE
+  fmt, elem_name, _ = FORMATS[name]
+  elem = get_format(elem_name)
+  nb = -(-k // 32)
+  zero = rng.random((n, nb)) < 0.4
+  zero[:, 0] = True                                   # x's largest elements live here
+  vals = np.where(np.repeat(zero, 32, axis=1)[:, :k], 0.0,     # +0: code 0 (-0 is nonzero)
+                  rng.integers(-4, 5, (n, k)).astype(np.float64))
+  xv = (rng.integers(-3, 4, (2, k)) * 2.0**-40).astype(np.float32)
+  xv[:, np.repeat(zero.all(axis=0), 32)[:k]] = 1.0    # only where every row is zero
+
+  def weight_k(vals, scodes, k):
+    codes = fp8lab.encode(jnp.asarray(vals, jnp.float32), elem)
+    return QuantizedArray(fp8lab.pack(codes, elem), jnp.asarray(scodes), None, format=fmt,
+                          element_format=elem.name, shape=(n, k), axis=1, block_shape=(32,),
+                          scale_mode="floor", hadamard=None)
+
+  weight = lambda vals, scodes: weight_k(vals, scodes, k)
+
+  near = np.full((n, nb), 127, np.uint8)
+  y_far = np.asarray(_gemv(weight(vals, np.where(zero, 0, near)), jnp.asarray(xv)))
+  y_near = np.asarray(_gemv(weight(vals, near), jnp.asarray(xv)))
+  exact = xv.astype(np.float64) @ vals.T
+  np.testing.assert_array_equal(y_far.view(np.uint32), y_near.view(np.uint32))
+  assert (y_near != exact).any(), "fast path exact here: the test cannot see the fallback"
+  # (C) in a row whose fast-path result is inexact: the fallback recomputes its programs.
+  # Every zero block of the row but the first gets a nonzero code, so that each program
+  # along K (the kernel may split K) holds one.
+  r = next(r for r in np.flatnonzero((y_near != exact).any(axis=0)) if zero[r, 1:].any())
+  vals_c = vals.copy()
+  vals_c[r, 32 * (1 + np.flatnonzero(zero[r, 1:]))] = 2.0   # nonzero codes in far blocks
+  y_c = np.asarray(_gemv(weight(vals_c, np.where(zero, 0, near)), jnp.asarray(xv)))
+  deq_c = vals_c * np.repeat(np.where(zero, 2.0**-127, 1.0), 32, axis=1)[:, :k]
+  np.testing.assert_array_equal(y_c[:, r], (xv.astype(np.float64) @ deq_c[r]).astype(np.float32))
+  # (D) "far" is relative to the largest scale of the main loop's K step (64 words): row r's
+  # only code-0 blocks are 4 adjacent ones (one step of a loop with shorter steps, where
+  # they would not be far), one of them holding a nonzero code.
+  kd = 1024
+  vals_d = rng.integers(-4, 5, (n, kd)).astype(np.float64)
+  sc_d = np.full((n, kd // 32), 127, np.uint8)
+  sc_d[r, 4:8] = 0
+  vals_d[r, 128:256] = 0.0
+  xd = (rng.integers(-3, 4, (2, kd)) * 2.0**-40).astype(np.float32)
+  xd[:, 128:256] = 1.0
+  y_pre = np.asarray(_gemv(weight_k(vals_d, sc_d, kd), jnp.asarray(xd)))
+  assert (y_pre[:, r] != (xd.astype(np.float64) @ vals_d[r])).any(), "fast path exact here"
+  vals_d[r, 160] = 2.0                                # value 2 * 2^-127
+  y_d = np.asarray(_gemv(weight_k(vals_d, sc_d, kd), jnp.asarray(xd)))
+  deq_d = vals_d[r] * np.repeat(2.0 ** (sc_d[r].astype(np.float64) - 127), 32)
+  np.testing.assert_array_equal(y_d[:, r], (xd.astype(np.float64) @ deq_d).astype(np.float32))
+
+
 @pytest.mark.parametrize("name", ["e4m3", "mxfp4", "nvfp4", "bf16"])
 @pytest.mark.parametrize("xdt", [jnp.float32, jnp.bfloat16])
 def test_x_dynamic_range_inf_and_nan(name, xdt):

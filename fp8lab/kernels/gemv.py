@@ -47,7 +47,10 @@ Operands (every product is exact in float32; jnp.dot accumulates in float32):
     float16 parts above; the step's dot result is multiplied by 2^(m - 127) (exact in
     float32) before it is added to the accumulator.
     A block further below m ("far") gets factor 0; if it holds a nonzero code, or a scale is
-    the E8M0 NaN code, the program recomputes its rows in an exact fallback loop:
+    the E8M0 NaN code, the program recomputes its rows in an exact fallback loop. (The main
+    loop only notes far blocks, from the scales; a program that has one reads its words
+    again, in the same K steps, to look for a nonzero code there. All-zero blocks, scale
+    code 0, are far: sparse rows pay that second pass, not the fallback.)
   * MX fallback: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
     <= 4 significant bits; values below 2^-133, only with scale codes < ~10, may lose bits).
     bf16 weights use the same operand: bfloat16 planes as stored. x as bfloat16 parts cut by
@@ -158,12 +161,17 @@ def _cfg(br, bk, nw=4, ns=3):
 # vs 17.9 at 4096 x 14336, 16.4 vs 16.7 at 14336 x 4096; nvfp4 16x16 48.7 vs 56.7; batch 16
 # keeps 64x32 (73.7 vs 107.6 for 128x32 w8) (benchmarks/results/
 # gemv_nvfp4_native_scale_h200_20261130.txt).
+# Batch 16 from benchmarks/probe_splits.py (PROBE_WORK=batches / mx; results/
+# gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt): nvfp4 128 x 32 w4 s3
+# 64.0 us vs 74.0 for 64 x 32 w4 s4 at 16384^2 (19.3 vs 20.8 at 4096 x 14336, 24.0 vs 22.7 at
+# 14336 x 4096); mxfp4 (far-block check out of the main loop) 128 x 32 w4 s3 80.1 vs 85.0;
+# mxfp8 keeps 64 x 64 (78.4 vs 93.1 for 128 x 64 w8).
 _B64 = _cfg(64, 32, 4, 2)
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
     **{name: {16: _cfg(64, 64, 4, 3), 64: _B64}
        for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "f16", "bf16")},
-    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _cfg(128, 32, 8, 2)},
-    "nvfp4": {4: _cfg(128, 32, 4, 3), 16: _cfg(64, 32, 4, 4), 64: _cfg(64, 16, 4, 3)},
+    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3), 64: _cfg(128, 32, 8, 2)},
+    "nvfp4": {16: _cfg(128, 32, 4, 3), 64: _cfg(64, 16, 4, 3)},
 }
 
 
@@ -385,7 +393,7 @@ def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
                    interpret: bool = False):
   """The main loop's dot operands of a (rows, block_k) word tile: plane i = code i of each
   word, times its block scale (NVFP4: the E4M3 value; MX: the fast path's factor).
-  Returns (planes, MX extras: (far per word, m) or None)."""
+  Returns (planes, MX extras: (far per block, m) or None)."""
   if plan.scale_kind is None:
     return _decode(words, plan, interpret), None
   wpb = plan.words_per_block
@@ -399,7 +407,7 @@ def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
   fac, far, m = _mx_factors(codes, plan.elem, _route_log2(plan))
   fac = _per_word(fac, wpb)
   planes = [p * fac for p in _decode(words, plan, interpret)]
-  return planes, (_per_word(far, wpb), m)
+  return planes, (far, m)
 
 
 def _mx_exact_planes(words: jax.Array, codes: jax.Array, plan: FormatPlan):
@@ -506,20 +514,26 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       carry = lax.cond(mine, lambda c: step(n_full, c, True), lambda c: c, carry)
     return carry
 
+  def _valid_groups(s, bk=bk):
+    n_groups = bk // plan.words_per_block
+    return s * n_groups + lax.iota(jnp.int32, n_groups) < nbk
+
   def main_step(s, carry, masked: bool):
-    acc, bad, nan_row = carry
+    acc, far_any, nan_row = carry
     words, codes = load(s, masked)
     planes, extra = _weight_planes(words, codes, plan, interpret)
     part = dots(planes, x_ref, s)
     if extra is None:
-      return acc + part, bad, nan_row
-    far_w, m = extra
+      return acc + part, far_any, nan_row
+    far, m = extra
     # The step's dots carry 2^(c - m); 2^(m - 127) per row makes them 2^(c - 127) (exact
     # unless the product leaves float32's range, where the reference's weights do too).
     acc = acc + part * _exp2_exact(m - 127)[:, None]
-    bad = bad | jnp.where(far_w, words, _U(0))            # a nonzero code in a far block
+    if masked:                             # scale codes past the row read as 0: not far
+      far = far & _valid_groups(s)[None, :]
+    far_any = far_any | far                               # per block, not per word
     nan_row = nan_row | (m == 255)                        # an E8M0 NaN scale (0xFF)
-    return acc, bad, nan_row
+    return acc, far_any, nan_row
 
   def epilogue(y, f):
     # The tensor scale first, then the power of two 2^(fold - s_b): fl(y * ts) is the one
@@ -531,9 +545,9 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     return y * f[None, :]
 
   init = (jnp.zeros((br, n_slots * bp), jnp.float32),
-          jnp.zeros((br, bk) if mx else (), jnp.uint32),
+          jnp.zeros((br, bk // plan.words_per_block) if mx else (), jnp.bool_),
           jnp.zeros((br,) if mx else (), jnp.bool_))
-  acc, bad, nan_row = k_loop(main_step, init)
+  acc, far_any, nan_row = k_loop(main_step, init)
   y = epilogue(_combine_slots(acc, n_slots), f_ref[...])
 
   if mx:
@@ -550,7 +564,24 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       acc_e = k_loop(exact_step, jnp.zeros((br, n_slots_exact * bp), jnp.float32), bk_e)
       return epilogue(_combine_slots(acc_e, n_slots_exact), fe_ref[...])
 
-    need = jnp.max(((jnp.max(bad, axis=1) != _U(0)) | nan_row).astype(jnp.int32)) > 0
+    # Far blocks (rare; all-zero blocks get scale code 0, so sparse rows have them): a
+    # second pass over this program's words decides whether one holds a nonzero code.
+    # Checking in the main loop instead (an OR per word, with the far flags broadcast to
+    # the word tile's layout) made it 16 us slower for mxfp4 and 37 us for mxfp8 at
+    # 16384^2 (benchmarks/results/gemv_parts_h200_20261130.txt).
+    # Same K steps as the main loop: "far" is relative to each step's largest scale.
+    def check_step(s, bad, masked: bool):
+      words, codes = load(s, masked)
+      _, far, _ = _mx_factors(codes, plan.elem, _route_log2(plan))
+      return bad | jnp.where(_per_word(far, plan.words_per_block), words, _U(0))
+
+    def far_codes():
+      bad = k_loop(check_step, jnp.zeros((br, bk), jnp.uint32))
+      return jnp.max(jnp.max(bad, axis=1)) != _U(0)
+
+    any_far = jnp.max(jnp.max(far_any.astype(jnp.int32), axis=1)) > 0
+    need = (lax.cond(any_far, far_codes, lambda: any_far)      # any_far: False there
+            | (jnp.max(nan_row.astype(jnp.int32)) > 0))
     y = lax.cond(need, exact, lambda: y)
 
   b = lax.iota(jnp.int32, bp)
