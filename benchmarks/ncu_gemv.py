@@ -10,6 +10,11 @@ the sections below, so profile one format per process and only its third launch:
       --section SchedulerStats --section WarpStateStats --section LaunchStats \
       python3 benchmarks/ncu_gemv.py
 
+NCU_CONFIG="block_rows,block_k,num_warps,num_stages[,k_splits]" replaces the default config.
+benchmarks/ncu_run.sh runs this recipe per format (sections, stall and pipe metrics, and the
+SASS source page with NCU_SOURCE=1; benchmarks/ncu_sass_mix.py summarizes that page).
+Results: benchmarks/results/gemv_ncu_h200_20261130_*.txt (each ncu process took 7-13 s).
+
 A first attempt (2026-11-30, all three launches of nvfp4, mxfp4 and e4m3 in one process, -c 9)
 profiled 7 launches and ran past its 360 s limit before the report was printed: no counters
 were recorded.
@@ -24,11 +29,14 @@ from fp8lab.kernels import gemv as G
 N = int(os.environ.get("NCU_N", "16384"))
 B = int(os.environ.get("NCU_B", "1"))
 FORMATS = os.environ.get("NCU_FORMATS", "nvfp4,mxfp4,e4m3").split(",")
+CONFIG = os.environ.get("NCU_CONFIG")
+CONFIG = G.GemvConfig(*map(int, CONFIG.split(","))) if CONFIG else None
 for name in FORMATS:
   words, scales, ts = random_weight(jax.random.key(0), name, N, N)
   x = jax.random.normal(jax.random.key(1), (B, N))
   plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
-  f = jax.jit(lambda w, s, t, v: G.gemv_pallas(w, s, t, v, plan=plan, n_out=N, k=N))
+  f = jax.jit(lambda w, s, t, v: G.gemv_pallas(w, s, t, v, plan=plan, n_out=N, k=N,
+                                      config=CONFIG))
   for _ in range(3):                      # ncu -c / the kernel filter pick the launches
     jax.block_until_ready(f(words, scales, ts, x))
-  print(name, "plan", plan, flush=True)
+  print(name, "plan", plan, "config", CONFIG or G.gemv_config(plan.format, B), flush=True)

@@ -11,6 +11,9 @@ weight copies each, after 10 warm-up calls. Work stops starting new rows after
 PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
 
   PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
+  PROBE_WORK=batches | mx: other work lists (below).
+Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
+gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt.
 """
 import json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
@@ -49,6 +52,23 @@ WORK = [
     ("nvfp4", 14336, 4096, 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 2), (128, 32, 4, 3, 4)]),
     ("mxfp4", 14336, 4096, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]),
 ]
+# PROBE_WORK=batches: configs for batches 4 and 16 (4-bit formats; after
+# benchmarks/probe_parts.py found 128 x 32 w4 s3 faster at batch 16 than the default).
+if os.environ.get("PROBE_WORK") == "batches":
+  WORK = [(f, S, S, b, [(64, 32, 4, 4, 0), (128, 32, 4, 3, 0), (128, 32, 4, 4, 0),
+                        (128, 32, 4, 2, 0), (128, 16, 4, 3, 0), (256, 32, 8, 3, 0),
+                        (64, 64, 4, 3, 0)])
+          for b in (16, 4) for f in ("nvfp4", "mxfp4")]
+  WORK += [("nvfp4", n, k, 16, [(64, 32, 4, 4, 0), (128, 32, 4, 3, 0)])
+           for n, k in ((4096, 14336), (14336, 4096))]
+  WORK += [("nvfp4", S, S, 64, [(64, 16, 4, 3, 0), (128, 16, 4, 3, 0), (128, 32, 4, 2, 0)])]
+# PROBE_WORK=mx: MX configs after the far-block check left the main loop.
+if os.environ.get("PROBE_WORK") == "mx":
+  MX1 = [(64, 64, 4, 3, 0), (128, 32, 4, 3, 0), (64, 32, 4, 4, 0), (128, 64, 8, 3, 0)]
+  WORK = [(f, S, S, b, MX1) for b in (1, 16) for f in ("mxfp4", "mxfp8")]
+  WORK += [(f, S, S, 4, MX1[:2]) for f in ("mxfp4", "mxfp8")]
+  WORK += [(f, n, k, 1, [(64, 64, 4, 3, 0), (128, 32, 4, 3, 0)]) for n, k in
+           ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "mxfp8")]
 rows = []
 
 

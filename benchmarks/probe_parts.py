@@ -1,0 +1,102 @@
+"""Probe: where the GEMV kernel's time goes, by leaving parts of the main loop out.
+
+Variants of the kernel (monkeypatched here, never in the library), same grid, loads, dots
+and epilogue; their outputs are wrong on purpose, only the time is read:
+  full      the kernel as gemv_packed runs it;
+  noscale   block scales not applied to the planes (NVFP4: no E4M3 decode or multiply;
+            MX: no step maximum, factors or far-block flags);
+  trivial   no decode and no scales: every plane is the word tile's low halves as float16
+            (meant as loads, dots, x tiles, pipeline and epilogue only; measured slower than
+            noscale for every format, so Triton's code for it differs: not a floor);
+  mx_nomax  MX only: the step maximum m replaced by the constant 127 (what a per-row
+            reference computed before the kernel would cost: no reduction, no per-step
+            rescale of the accumulator), far-block check per word kept;
+  mx_nofar  mx_nomax without the far-block check.
+Median device time of the fp8lab_gemv kernel (profiler, 3 calls of R copies after 10
+warm-ups) per format / batch / config / variant. Results:
+benchmarks/results/gemv_parts_h200_20261130.txt.
+
+  PYTHONPATH=. python3 benchmarks/probe_parts.py      # on the GPU
+  PARTS_SET=mx PARTS_VARIANTS=full,mx_nomax,mx_nofar,noscale PYTHONPATH=. python3 benchmarks/probe_parts.py
+"""
+import os, sys, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, os.getcwd())
+import jax, jax.numpy as jnp, numpy as np
+from jax import lax
+from benchmarks import timing
+from benchmarks.gpu_tune import random_weight, plan_of
+from fp8lab.kernels import gemv as G
+
+R = int(os.environ.get("PROBE_COPIES", "8"))
+S = 16384
+ORIG = {"_decode": G._decode, "_weight_planes": G._weight_planes, "_mx_factors": G._mx_factors}
+
+
+def noscale(words, codes, plan, interpret=False):
+  return G._decode(words, plan, interpret), None
+
+
+def trivial_decode(words, plan, interpret):
+  return [lax.bitcast_convert_type(words.astype(jnp.uint16), jnp.float16)] * plan.per_word
+
+
+def mx_factors_const(keep_far):
+  def f(codes, elem, route_log2):
+    m = jnp.full(codes.shape[:1], 127, jnp.int32)
+    fac, far, _ = ORIG["_mx_factors"](jnp.minimum(codes.astype(jnp.int32), 127), elem,
+                                       route_log2)
+    return fac, (far if keep_far else jnp.zeros_like(far)), m
+  return f
+
+
+PATCHES = {"full": {}, "noscale": {"_weight_planes": noscale},
+           "trivial": {"_weight_planes": noscale, "_decode": trivial_decode},
+           "mx_nomax": {"_mx_factors": mx_factors_const(True)},
+           "mx_nofar": {"_mx_factors": mx_factors_const(False)}}
+
+
+def kernel_us(plan, cfg, args, variant):
+  for name, fn in ORIG.items():
+    setattr(G, name, PATCHES[variant].get(name, fn))
+  jax.clear_caches()                  # gemv_pallas's traces are cached: retrace
+  try:
+    f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=S, k=S, config=cfg)
+    comp = timing.compile_unrolled(f, args)
+    for _ in range(10):
+      out = comp(args)
+    jax.block_until_ready(out)
+    dev = timing.device_kernel_times(comp, args, runs=3)
+  finally:
+    for name, fn in ORIG.items():
+      setattr(G, name, fn)
+  return float(np.median([d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]))
+
+
+VARIANTS = os.environ.get("PARTS_VARIANTS", "full,noscale,trivial").split(",")
+WORK = [("nvfp4", 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 4), (64, 64, 4, 3, 2),
+                      (128, 64, 8, 3, 2), (64, 32, 4, 4, 0)]),
+        ("mxfp4", 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2), (128, 32, 4, 3, 0)]),
+        ("e4m3", 1, [(64, 64, 4, 3, 0)]),
+        ("nvfp4", 16, [(64, 32, 4, 4, 0), (128, 32, 4, 3, 0)]),
+        ("mxfp4", 16, [(64, 32, 4, 4, 0)])]
+if os.environ.get("PARTS_SET") == "mx":
+  WORK = [("mxfp4", 1, [(64, 64, 4, 3, 0), (128, 32, 4, 3, 0), (64, 32, 4, 4, 0)]),
+          ("mxfp8", 1, [(64, 64, 4, 3, 0), (128, 64, 4, 3, 0)]),
+          ("mxfp4", 16, [(64, 32, 4, 4, 0), (128, 32, 4, 3, 0)]),
+          ("mxfp8", 16, [(64, 64, 4, 3, 0)])]
+print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, flush=True)
+for name, b, cands in WORK:
+  ws = [random_weight(jax.random.key(i), name, S, S) for i in range(R)]
+  xs = [jax.random.normal(jax.random.key(100 + i), (b, S)) for i in range(R)]
+  args = [w + (x,) for w, x in zip(ws, xs)]
+  plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
+  for c in cands:
+    cfg = G.GemvConfig(*c)
+    res = []
+    for v in VARIANTS:
+      try:
+        res.append(f"{v} {kernel_us(plan, cfg, args, v):7.1f}")
+      except Exception as e:
+        res.append(f"{v} FAILED {type(e).__name__}: {str(e)[:120]}")
+    print(f"{name:6s} B{b:<2d} {str(c):20s} " + "  ".join(res), flush=True)
