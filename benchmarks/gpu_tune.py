@@ -107,6 +107,30 @@ def random_weight(key, name: str, n: int, k: int):
   return words, scales, ts
 
 
+def probe_args(name: str, n: int, k: int, batch: int, copies: int) -> list[tuple]:
+  """`copies` distinct (words, scales, tensor scale, x) tuples for gemv_device_us: random
+  weights (random_weight, keys 0..) and standard-normal x of `batch` rows (keys 100..)."""
+  return [random_weight(jax.random.key(i), name, n, k)
+          + (jax.random.normal(jax.random.key(100 + i), (batch, k)),) for i in range(copies)]
+
+
+def gemv_device_us(plan: G.FormatPlan, cfg: G.GemvConfig | None, n: int, k: int, args, *,
+                   warmup: int = 10, runs: int = 3):
+  """The probes' measurement: gemv_pallas over R argument tuples (words, scales, tensor
+  scale, x) in one compiled call, `warmup` calls, then `runs` calls under JAX's profiler.
+  Returns (median device time of the fp8lab_gemv kernel in us, device time of all the call's
+  kernels per GEMV in us, copy 0's output as numpy)."""
+  f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
+  comp = timing.compile_unrolled(f, args)
+  for _ in range(warmup):
+    out = comp(args)
+  jax.block_until_ready(out)
+  dev = timing.device_kernel_times(comp, args, runs=runs)
+  kern = [d for name, ds in dev.items() if "fp8lab_gemv" in name for d in ds]
+  op = sum(sum(ds) for ds in dev.values()) / (runs * len(args))
+  return float(np.median(kern)), float(op), np.asarray(out[0])
+
+
 def dequantize64(name: str, words, scales, ts, n: int, k: int) -> np.ndarray:
   """Float64 dequantized weights from the GOLDEN decode (fp8lab.numerics.codec)."""
   plan = plan_of(name)

@@ -16,8 +16,7 @@ import dataclasses, json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
 import jax, numpy as np
-from benchmarks import timing
-from benchmarks.gpu_tune import random_weight, plan_of
+from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G
 
 R = int(os.environ.get("PROBE_COPIES", "8"))
@@ -61,14 +60,8 @@ def save():
 
 
 def kernel_us(plan, cfg, n, k, args):
-  f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
-  comp = timing.compile_unrolled(f, args)
-  for _ in range(10):
-    out = comp(args)
-  jax.block_until_ready(out)
-  dev = timing.device_kernel_times(comp, args, runs=3)
-  g = [d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]
-  return float(np.median(g)), np.asarray(out[0])
+  us, _, out = gemv_device_us(plan, cfg, n, k, args)
+  return us, out
 
 
 print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, "flag", FLAG,
@@ -77,9 +70,7 @@ for name, n, k, b, cands in WORK:
   if time.time() - T0 > BUDGET_S:
     print("budget spent: stopping", flush=True)
     break
-  ws = [random_weight(jax.random.key(i), name, n, k) for i in range(R)]
-  xs = [jax.random.normal(jax.random.key(100 + i), (b, k)) for i in range(R)]
-  args = [w + (x,) for w, x in zip(ws, xs)]
+  args = probe_args(name, n, k, b, R)
   base = dataclasses.replace(plan_of(name), **BASE)
   default = G.gemv_config(base.format, b)
   cfgs = list(dict.fromkeys([default] + [G.GemvConfig(*c) for c in cands]))

@@ -15,8 +15,7 @@ import os, sys, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
 import jax, numpy as np
-from benchmarks import timing
-from benchmarks.gpu_tune import random_weight, plan_of
+from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G, unpack as U
 
 R = int(os.environ.get("PROBE_COPIES", "8"))
@@ -45,26 +44,18 @@ def fma_asm(i):
 
 def run(plan, cfg, n, k, args, variant):
   U._e2m1_plane_asm = fma_asm if variant == "fma" else ORIG
-  jax.clear_caches()
+  jax.clear_caches()                  # gemv_pallas's traces are cached: retrace
   try:
-    f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
-    comp = timing.compile_unrolled(f, args)
-    for _ in range(10):
-      out = comp(args)
-    jax.block_until_ready(out)
-    dev = timing.device_kernel_times(comp, args, runs=3)
+    us, _, out = gemv_device_us(plan, cfg, n, k, args)
   finally:
     U._e2m1_plane_asm = ORIG
-  us = float(np.median([d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]))
-  return us, np.asarray(out[0])
+  return us, out
 
 
 print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, flush=True)
 for name, b in (("nvfp4", 1), ("mxfp4", 1), ("nvfp4", 16), ("mxfp4", 16)):
   S = 16384
-  ws = [random_weight(jax.random.key(i), name, S, S) for i in range(R)]
-  xs = [jax.random.normal(jax.random.key(100 + i), (b, S)) for i in range(R)]
-  args = [w + (x,) for w, x in zip(ws, xs)]
+  args = probe_args(name, S, S, b, R)
   plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
   cfg = G.gemv_config(plan.format, b)
   (t0, y0), (t1, y1) = (run(plan, cfg, S, S, args, v) for v in ("library", "fma"))

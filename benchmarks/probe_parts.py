@@ -22,10 +22,9 @@ benchmarks/results/gemv_parts_h200_20261130.txt.
 import os, sys, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
-import jax, jax.numpy as jnp, numpy as np
+import jax, jax.numpy as jnp
 from jax import lax
-from benchmarks import timing
-from benchmarks.gpu_tune import random_weight, plan_of
+from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G
 
 R = int(os.environ.get("PROBE_COPIES", "8"))
@@ -61,16 +60,10 @@ def kernel_us(plan, cfg, args, variant):
     setattr(G, name, PATCHES[variant].get(name, fn))
   jax.clear_caches()                  # gemv_pallas's traces are cached: retrace
   try:
-    f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=S, k=S, config=cfg)
-    comp = timing.compile_unrolled(f, args)
-    for _ in range(10):
-      out = comp(args)
-    jax.block_until_ready(out)
-    dev = timing.device_kernel_times(comp, args, runs=3)
+    return gemv_device_us(plan, cfg, S, S, args)[0]
   finally:
     for name, fn in ORIG.items():
       setattr(G, name, fn)
-  return float(np.median([d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]))
 
 
 VARIANTS = os.environ.get("PARTS_VARIANTS", "full,noscale,trivial").split(",")
@@ -87,9 +80,7 @@ if os.environ.get("PARTS_SET") == "mx":
           ("mxfp8", 16, [(64, 64, 4, 3, 0)])]
 print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, flush=True)
 for name, b, cands in WORK:
-  ws = [random_weight(jax.random.key(i), name, S, S) for i in range(R)]
-  xs = [jax.random.normal(jax.random.key(100 + i), (b, S)) for i in range(R)]
-  args = [w + (x,) for w, x in zip(ws, xs)]
+  args = probe_args(name, S, S, b, R)
   plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
   for c in cands:
     cfg = G.GemvConfig(*c)

@@ -18,9 +18,8 @@ gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt.
 import json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
-import jax, numpy as np
-from benchmarks import timing
-from benchmarks.gpu_tune import random_weight, plan_of
+import jax
+from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G
 
 R = int(os.environ.get("PROBE_COPIES", "8"))
@@ -82,33 +81,19 @@ def save():
                      rows=rows), fh, indent=1)
 
 
-def device_us(plan, cfg, n, k, args, runs=3):
-  f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
-  comp = timing.compile_unrolled(f, args)
-  for _ in range(10):
-    out = comp(args)
-  jax.block_until_ready(out)
-  dev = timing.device_kernel_times(comp, args, runs=runs)
-  g = [d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]
-  op = sum(sum(ds) for ds in dev.values()) / (runs * len(args))
-  return float(np.median(g)), float(op)
-
-
 print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, flush=True)
 for name, n, k, b, cands in WORK:
   if time.time() - T0 > BUDGET_S:
     print("budget spent: stopping", flush=True)
     break
-  ws = [random_weight(jax.random.key(i), name, n, k) for i in range(R)]
-  xs = [jax.random.normal(jax.random.key(100 + i), (b, k)) for i in range(R)]
-  args = [w + (x,) for w, x in zip(ws, xs)]
+  args = probe_args(name, n, k, b, R)
   plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
   for c in cands:
     if time.time() - T0 > BUDGET_S:
       break
     cfg = G.GemvConfig(*c)
     try:
-      kern, op = device_us(plan, cfg, n, k, args)
+      kern, op, _ = gemv_device_us(plan, cfg, n, k, args)
     except Exception as e:                       # a config that does not compile: say so
       print(f"{name} {n}x{k} B{b} {c} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
       continue
