@@ -23,23 +23,20 @@ ORIG = U._e2m1_plane_asm
 
 
 def fma_ops(i):
+  """unpack._e2m1_plane_ops(i) with the shifts moved: the same bits."""
   q, odd = divmod(i, 2)
   lo = 2 * (q % 2)
   ops = [("prmt", "r", "$1", "$2", 0x7362 if q >= 2 else 0x5140)]
   if odd:
     src, ops = "r", ops + [("mul.hi.u32", "m", "r", 1 << 29)]
   else:
-    src, ops = "s", ops + [("shl.b32", "s", "r", 4), ("shl.b32", "m", "r", 1)]
-  return ops + [("and.b32", "m", "m", U._E2M1_MAG),
-                ("lop3.b32", "x", src, U._E2M1_SIGN, "m", U._OR_AND),
-                ("prmt.b32", "$0", "x", 0, ((lo + 1) << 12) | (4 << 8) | (lo << 4) | 4)]
+    src, ops = "s", ops + [("shl", "s", "r", 4), ("shl", "m", "r", 1)]
+  return ops + [("and", "m", "m", U._E2M1_MAG),
+                ("lop3", "x", src, U._E2M1_SIGN, "m", U._OR_AND),
+                ("prmt", "$0", "x", 0, ((lo + 1) << 12) | (4 << 8) | (lo << 4) | 4)]
 
 
-def fma_asm(i):
-  arg = lambda v: (f"{v:#x}" if v > 9 else str(v)) if isinstance(v, int) else v
-  body = " ".join(f"{op if '.' in op else op + '.b32'} {', '.join(arg(v) for v in args)};"
-                  for op, *args in fma_ops(i))
-  return "{ .reg .b32 r, s, m, x; " + body + " }"
+fma_asm = lambda i: U._e2m1_ptx(fma_ops(i))
 
 
 def run(plan, cfg, n, k, args, variant):

@@ -10,26 +10,15 @@ microseconds". Results: benchmarks/results/gemv_rowblocks_h200_20261130.txt.
 """
 import sys, os, warnings; warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
-import jax, numpy as np
-from benchmarks import timing
-from benchmarks.gpu_tune import random_weight, plan_of
+from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G
 R = 8
 for name, n, k, cfgs in (("e4m3", 16384, 16384, [(64,64,4,3),(32,64,2,3),(16,64,1,3)]),
                          ("nvfp4", 16384, 16384, [(64,32,4,4),(32,32,2,4),(16,32,1,4),(16,64,1,3)]),
                          ("e4m3", 4096, 14336, [(64,64,4,3),(32,64,2,3),(16,64,1,3)]),
                          ("nvfp4", 4096, 14336, [(64,32,4,4),(32,32,2,4),(16,32,1,4)])):
-  ws = [random_weight(jax.random.key(i), name, n, k) for i in range(R)]
   for B in (1, 16):
-    xs = [jax.random.normal(jax.random.key(100 + i), (B, k)) for i in range(R)]
-    res = []
-    for c in cfgs:
-      cfg = G.GemvConfig(*c); plan = plan_of(name)
-      f = lambda w, s, t, x, cfg=cfg: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
-      comp = timing.compile_unrolled(f, [w + (x,) for w, x in zip(ws, xs)])
-      args = [w + (x,) for w, x in zip(ws, xs)]
-      for _ in range(20): jax.block_until_ready(comp(args))
-      dev = timing.device_kernel_times(comp, args, runs=3)
-      g = [d for nm, ds in dev.items() if "fp8lab_gemv" in nm for d in ds]
-      res.append(f"{c}: {np.median(g):6.1f}")
+    args = probe_args(name, n, k, B, R)
+    res = [f"{c}: {gemv_device_us(plan_of(name), G.GemvConfig(*c), n, k, args, warmup=20)[0]:6.1f}"
+           for c in cfgs]
     print(f"{name} {n}x{k} B{B}: " + "  ".join(res), flush=True)

@@ -220,9 +220,15 @@ def _e2m1_plane_ops(i: int) -> list[tuple]:
 
 def _e2m1_plane_asm(i: int) -> str:
   """PTX text of _e2m1_plane_ops(i) (elementwise asm, pack=2)."""
+  return _e2m1_ptx(_e2m1_plane_ops(i))
+
+
+def _e2m1_ptx(ops: list[tuple]) -> str:
+  """PTX text of an op list in _e2m1_plane_ops' form (registers r, s, m, x; an op name
+  without a type suffix is .b32)."""
   arg = lambda v: (f"{v:#x}" if v > 9 else str(v)) if isinstance(v, int) else v
-  body = " ".join(f"{op}.b32 {', '.join(arg(v) for v in args)};"
-                  for op, *args in _e2m1_plane_ops(i))
+  body = " ".join(f"{op if '.' in op else op + '.b32'} {', '.join(arg(v) for v in args)};"
+                  for op, *args in ops)
   return "{ .reg .b32 r, s, m, x; " + body + " }"
 
 
