@@ -3,10 +3,12 @@
 ncu (results/gemv_ncu_h200_20261130_nvfp4*.txt) puts the nvfp4 kernel's ALU pipe at 55% and
 its FMA-heavy pipe at 31% of peak, with "math pipe throttle" stalls growing when more warps
 are resident. Variant "fma" of unpack._e2m1_plane_ops (patched here, not in the library):
-even planes build the magnitude with shl 1 (ptxas: IMAD.SHL) instead of shl 4 then shr 3,
-odd planes shift right by 3 with mul.hi.u32 by 2^29 (IMAD.HI) instead of shr (SHF). Offline
-SASS (nvfp4 128 x 32 words, batch 1): the same 779-781 loop instructions, SHF 64 -> 0,
-IMAD 112 -> 174. Median device time of fp8lab_gemv (3 calls of R copies after 10 warm-ups)
+even planes build the magnitude with shl 1 (ptxas: IMAD.SHL) instead of shr 3 after the
+shl 4, odd planes shift right by 3 with mul.hi.u32 by 2^29 (IMAD.HI) instead of shr (SHF).
+Offline SASS (nvfp4 128 x 32 words, batch 1, the one-word-per-plane program of unpack): the
+same 722 loop instructions, SHF 64 -> 0, IMAD 109 -> 173 (ALU pipe 320 -> 256). (At e0c17b8
+the probe patched the previous, word-interleaving program: results/gemv_e2m1_fma_h200_
+20261130.txt.) Median device time of fp8lab_gemv (3 calls of R copies after 10 warm-ups)
 with the library's decode and with the variant, and whether both give the same bits.
 
   PYTHONPATH=. python3 benchmarks/probe_e2m1_fma.py      # on the GPU
@@ -19,33 +21,28 @@ from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G, unpack as U
 
 R = int(os.environ.get("PROBE_COPIES", "8"))
-ORIG = U._e2m1_plane_asm
+ORIG = U._e2m1_plane_ops
 
 
 def fma_ops(i):
   """unpack._e2m1_plane_ops(i) with the shifts moved: the same bits."""
-  q, odd = divmod(i, 2)
-  lo = 2 * (q % 2)
-  ops = [("prmt", "r", "$1", "$2", 0x7362 if q >= 2 else 0x5140)]
-  if odd:
-    src, ops = "r", ops + [("mul.hi.u32", "m", "r", 1 << 29)]
-  else:
-    src, ops = "s", ops + [("shl", "s", "r", 4), ("shl", "m", "r", 1)]
-  return ops + [("and", "m", "m", U._E2M1_MAG),
-                ("lop3", "x", src, U._E2M1_SIGN, "m", U._OR_AND),
-                ("prmt", "$0", "x", 0, ((lo + 1) << 12) | (4 << 8) | (lo << 4) | 4)]
-
-
-fma_asm = lambda i: U._e2m1_ptx(fma_ops(i))
+  ops = ORIG(i)
+  w, odd = ("$2" if i >= 4 else "$1"), i % 2
+  if odd:          # shr m, w, 3  ->  mul.hi m, w, 2^29
+    assert ops[0][:3] == ("shr", "m", w), ops
+    return [("mul.hi.u32", "m", w, 1 << 29)] + ops[1:]
+  # shl s, w, 4; shr m, s, 3  ->  shl s, w, 4; shl m, w, 1 (the bits the and keeps agree)
+  assert ops[0] == ("shl", "s", w, 4) and ops[1] == ("shr", "m", "s", 3), ops
+  return [ops[0], ("shl", "m", w, 1)] + ops[2:]
 
 
 def run(plan, cfg, n, k, args, variant):
-  U._e2m1_plane_asm = fma_asm if variant == "fma" else ORIG
+  U._e2m1_plane_ops = fma_ops if variant == "fma" else ORIG
   jax.clear_caches()                  # gemv_pallas's traces are cached: retrace
   try:
     us, _, out = gemv_device_us(plan, cfg, n, k, args)
   finally:
-    U._e2m1_plane_asm = ORIG
+    U._e2m1_plane_ops = ORIG
   return us, out
 
 

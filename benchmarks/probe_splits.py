@@ -11,11 +11,11 @@ weight copies each, after 10 warm-up calls. Work stops starting new rows after
 PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
 
   PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
-  PROBE_WORK=batches | mx: other work lists (below).
+  PROBE_WORK=batches | mx | decode: other work lists (below).
 Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
 gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt.
 """
-import json, os, sys, time, warnings
+import dataclasses, json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
 import jax
@@ -68,6 +68,18 @@ if os.environ.get("PROBE_WORK") == "mx":
   WORK += [(f, S, S, 4, MX1[:2]) for f in ("mxfp4", "mxfp8")]
   WORK += [(f, n, k, 1, [(64, 64, 4, 3, 0), (128, 32, 4, 3, 0)]) for n, k in
            ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "mxfp8")]
+# PROBE_WORK=decode: every format's default config at 16384^2, batches 1 and 16 (run on two
+# trees to compare decodes), and PROBE_ALTS=1 adds other configs for the formats whose
+# decode changed (the pair orders of unpack.PAIR_LAYOUTS).
+if os.environ.get("PROBE_WORK") == "decode":
+  WORK = [(f, S, S, b, [(*dataclasses.astuple(G.gemv_config(f.replace("_2d", ""), b))[:4], 0)])
+          for b in (1, 16) for f in ("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d")]
+  if os.environ.get("PROBE_ALTS") == "1":
+    WORK += [("nvfp4", S, S, 1, [(128, 64, 4, 3, 0), (128, 64, 8, 3, 0), (64, 64, 4, 3, 0)]),
+             ("mxfp4", S, S, 1, [(128, 32, 4, 3, 0), (128, 64, 8, 3, 0)]),
+             ("mxfp8", S, S, 1, [(128, 32, 4, 3, 0), (64, 32, 4, 4, 0)]),
+             ("nvfp4", S, S, 16, [(64, 32, 4, 4, 0), (128, 64, 8, 3, 0)]),
+             ("mxfp4", S, S, 16, [(64, 32, 4, 4, 0)])]
 rows = []
 
 

@@ -200,8 +200,8 @@ def test_decode_planes_every_code_every_position(elem_name):
 
 
 def test_e4m3_scale_native_twin_equals_the_integer_scale_decode_on_every_code():
-  """NVFP4's native scale decode (interpret-mode twin of prmt + cvt.rn.f16x2.e4m3x2 on the
-  codes widened to words) and the integer decode give the same float16 bits for every
+  """NVFP4's native scale decode (interpret-mode twin of cvt.rn.f16x2.e4m3x2 on pairs of
+  codes) and the integer decode give the same float16 bits for every
   finite code, both the golden value, and NaN for both NaN codes."""
   codes = jnp.arange(256, dtype=jnp.uint32).astype(jnp.uint8).reshape(2, 128)
   nat = np.asarray(U.e4m3_scale_to_f16_native(codes, interpret=True)).reshape(-1)
@@ -216,39 +216,77 @@ def test_e4m3_scale_native_twin_equals_the_integer_scale_decode_on_every_code():
   np.testing.assert_array_equal(np.signbit(nat[~nan]), np.signbit(gold[~nan]))
 
 
+# The plane orders of the asm decodes, written out: plane i, column e + g (words paired
+# (e, e + 1), e even) -> (word offset from e, code index in that word).
+_PAIR_SOURCE = {
+    "code": lambda i, g, pw: (g, i),
+    "native": lambda i, g, pw: (i // 2, 2 * (i % 2) + g),
+    "e2m1_asm": lambda i, g, pw: (i // 4, i % 4 + 4 * g),
+}
+
+
+def _in_pair_order(codes: np.ndarray, layout: str) -> np.ndarray:
+  """codes[..., w, c] (code c of word w; even number of words) -> [..., w, i]: what plane
+  i holds in column w under `layout` (_PAIR_SOURCE)."""
+  n_w, pw = codes.shape[-2:]
+  out = np.empty_like(codes)
+  for w in range(n_w):
+    e, g = w - w % 2, w % 2
+    for i in range(pw):
+      dw, c = _PAIR_SOURCE[layout](i, g, pw)
+      out[..., w, i] = codes[..., e + dw, c]
+  return out
+
+
+@pytest.mark.parametrize("layout,pw", [("code", 4), ("code", 8), ("native", 4),
+                                       ("e2m1_asm", 8)])
+def test_pair_offsets_match_the_written_out_orders(layout, pw):
+  off = U.pair_offsets(layout, pw)
+  want = [[pw * dw + c for dw, c in (_PAIR_SOURCE[layout](i, g, pw) for g in (0, 1))]
+          for i in range(pw)]
+  np.testing.assert_array_equal(off, want)
+  assert sorted(off.reshape(-1)) == list(range(2 * pw))                 # a permutation
+
+
 @pytest.mark.parametrize("elem_name", ["e4m3", "e5m2"])
 def test_decode_planes_native_every_code_every_position(elem_name):
-  """The native decode (interpret-mode twin of the kernel's prmt + cvt.rn.f16x2.*x2) gives
-  every code's TRUE value as float16, bit for bit against ml_dtypes' fp8 -> float16 cast
-  (subnormals, -0) and the golden decode; NaN codes NaN, e5m2 Inf codes Inf."""
+  """The native decode (interpret-mode twin of the kernel's cvt.rn.f16x2.*x2 on a 16-bit
+  half of a word) gives every code's TRUE value as float16, bit for bit against ml_dtypes'
+  fp8 -> float16 cast (subnormals, -0) and the golden decode, in the "native" pair order
+  (plane i: codes 2 (i % 2) and 2 (i % 2) + 1 of word e + i // 2); NaN codes NaN, e5m2 Inf
+  codes Inf."""
   f = get_format(elem_name)
   codes = np.arange(256, dtype=np.uint8)
-  grid = np.stack([np.roll(codes, s) for s in range(f.per_word)], axis=1).reshape(-1)
-  words = fp8lab.pack(jnp.asarray(grid), f)
+  grid = np.stack([np.roll(codes, s) for s in range(f.per_word)], axis=1)  # word w, code c
+  words = fp8lab.pack(jnp.asarray(grid.reshape(-1)), f)
   planes = U.decode_planes_native(words, f, interpret=True)
   assert all(p.dtype == jnp.float16 and p.shape == words.shape for p in planes)
-  got = np.stack([np.asarray(p) for p in planes], -1).reshape(-1)
-  want = grid.view(f.dtype).astype(np.float16)                     # ml_dtypes
-  golden = np.asarray(fp8lab.decode(jnp.asarray(grid), f, jnp.float32))
+  got = np.stack([np.asarray(p) for p in planes], -1)                      # word w, plane i
+  order = _in_pair_order(grid, "native")
+  assert not np.array_equal(order, grid)
+  want = order.view(f.dtype).astype(np.float16)                             # ml_dtypes
+  golden = np.asarray(fp8lab.decode(jnp.asarray(order), f, jnp.float32))
   nan = np.isnan(want)
   assert nan.sum() == len(f.nan_codes) * f.per_word
   np.testing.assert_array_equal(np.isnan(got), nan)
   np.testing.assert_array_equal(np.isnan(golden), nan)
   np.testing.assert_array_equal(_bits(got[~nan]), _bits(want[~nan]))
   np.testing.assert_array_equal(_bits(got[~nan].astype(np.float32)), _bits(golden[~nan]))
-  assert _bits(got[grid == 0x80]).tolist() == [0x8000] * f.per_word     # -0 stays -0
+  assert _bits(got[order == 0x80]).tolist() == [0x8000] * f.per_word     # -0 stays -0
 
 
-def test_native_plane_asm_pairs_byte_i_of_two_words():
-  """The inline PTX of the compiled native decode: PRMT selector nibbles (i, 4 + i) put
-  byte i of word e (operand $1) low and of word e + 1 ($2) high, then one cvt of the 16
-  bits. (Runs only compiled; the GPU tests check its results.)"""
+def test_native_plane_asm_converts_a_half_of_one_word():
+  """The inline PTX of the compiled native decode: plane i names the 16-bit halves of
+  word e ($1) for i < 2, of word e + 1 ($2) otherwise, and converts half i % 2 with one
+  cvt; no PRMT or other instruction moves bytes. (Runs only compiled; the GPU tests
+  check its results.)"""
   for name in U.NATIVE_FORMATS:
     f = get_format(name)
     for i in range(f.per_word):
       asm = U._native_plane_asm(f, i)
-      assert f"prmt.b32 t, $1, $2, {((4 + i) << 4) | i:#x};" in asm
-      assert f"cvt.rn.f16x2.{name}x2 $0, lo;" in asm
+      assert f"mov.b32 {{lo, hi}}, {'$2' if i >= 2 else '$1'};" in asm
+      assert f"cvt.rn.f16x2.{name}x2 $0, {'hi' if i % 2 else 'lo'};" in asm
+      assert "prmt" not in asm and asm.count("$1") + asm.count("$2") == 1
 
 
 def _e2m1_pair_grid() -> np.ndarray:
@@ -264,42 +302,45 @@ def _e2m1_pair_grid() -> np.ndarray:
 def test_decode_planes_e2m1_asm_every_code_every_position():
   """The asm e2m1 decode (its interpret-mode twin runs the very ops the PTX is printed
   from) gives the integer route's float16 patterns bit for bit, i.e. the golden value
-  times 2^-14 (-0 for code 8), for all 16 codes at all 8 positions of both words of a pair."""
+  times 2^-14 (-0 for code 8), in the "e2m1_asm" pair order (plane i: codes i % 4 and
+  i % 4 + 4 of word e + i // 4), for all 16 codes at all 8 positions of both words of a
+  pair."""
   f = get_format("e2m1")
   words = _e2m1_pair_grid()
   codes = (words[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF     # (2, 34, 8)
-  lo = codes[:, 0::2].transpose(2, 0, 1).reshape(8, -1)       # per plane: codes of word e
-  hi = codes[:, 1::2].transpose(2, 0, 1).reshape(8, -1)       #            and word e + 1
-  assert all(set(lo[i]) == set(hi[i]) == set(range(16)) for i in range(8))
+  order = _in_pair_order(codes, "e2m1_asm")                                  # word, plane
+  for i in range(8):
+    assert set(order[:, 0::2, i].reshape(-1)) == set(order[:, 1::2, i].reshape(-1)) == set(range(16))
   planes = U.decode_planes_e2m1_asm(jnp.asarray(words), interpret=True)
   assert len(planes) == 8
   assert all(p.dtype == jnp.float16 and p.shape == words.shape for p in planes)
   got = np.stack([_bits(p) for p in planes], -1)                           # (2, 34, 8)
   route = np.stack([_bits(p) for p in U.decode_planes_16bit(jnp.asarray(words), f)], -1)
-  np.testing.assert_array_equal(got, route)
-  golden = np.asarray(fp8lab.decode(jnp.asarray(codes.astype(np.uint8)), f, jnp.float32))
+  np.testing.assert_array_equal(got, _in_pair_order(route, "e2m1_asm"))
+  golden = np.asarray(fp8lab.decode(jnp.asarray(order.astype(np.uint8)), f, jnp.float32))
   want = (golden * np.float32(2.0 ** -14)).astype(np.float16)
   assert U.f16_route_log2(f) == -14
   np.testing.assert_array_equal(got, _bits(want))
-  assert set(got[codes == 8].tolist()) == {0x8000}                           # -0 stays -0
+  assert set(got[order == 8].tolist()) == {0x8000}                           # -0 stays -0
 
 
-def test_e2m1_plane_asm_is_integer_prmt_pairing_two_words():
+def test_e2m1_plane_asm_is_integer_one_word_per_plane():
   """The inline PTX of the compiled asm e2m1 decode: integer ops only (no cvt; sm_80 runs
-  it); the first PRMT interleaves the bytes of words e ($1) and e + 1 ($2), the last puts
-  plane i's byte of word e in the low half and of word e + 1 in the high half, zero bytes
-  from the immediate 0; 5 instructions for odd planes, 6 for even. (Runs only compiled;
-  the GPU tests check its results; the twin above runs the same op list.)"""
+  it); plane i reads only word e ($1) for i < 4, e + 1 ($2) otherwise, and its last PRMT
+  puts byte q = (i % 4) // 2 of the decoded bytes in bits 8..15 and byte q + 2 in bits
+  24..31, zero bytes from the immediate 0; 4 instructions for odd i, 5 for even (shl 4
+  first). (Runs only compiled; the GPU tests check its results; the twin above runs the
+  same op list.)"""
   for i in range(8):
     asm = U._e2m1_plane_asm(i)
     ops = re.findall(r"(\w+)\.b32 ", asm)
     assert set(ops) <= {"prmt", "shl", "shr", "and", "lop3"} and "cvt" not in asm, asm
-    assert len(ops) == (5 if i % 2 else 6), asm
-    q = i // 2
-    assert f"prmt.b32 r, $1, $2, {0x7362 if q >= 2 else 0x5140:#x};" in asm
-    lo = 2 * (q % 2)
-    assert f"prmt.b32 $0, x, 0, {((lo + 1) << 12) | 0x400 | (lo << 4) | 4:#x};" in asm
-    assert asm.count("$0") == 1 and asm.count("$1") == asm.count("$2") == 1
+    assert len(ops) == (4 if i % 2 else 5), asm
+    w, other = ("$2", "$1") if i >= 4 else ("$1", "$2")
+    assert other not in asm and w in asm, asm
+    q = (i % 4) // 2
+    assert f"prmt.b32 $0, x, 0, {((q + 2) << 12) | 0x400 | (q << 4) | 4:#x};" in asm
+    assert asm.count("$0") == 1 and ops.count("prmt") == 1
 
 
 @pytest.mark.parametrize("kind", ["e8m0", "e4m3"])

@@ -754,21 +754,34 @@ def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array]:
   return split_f16_parts(_scale_pow2(x32, s)), s
 
 
-def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: int):
+def _pair_layout(plan: FormatPlan) -> str:
+  """The unpack.PAIR_LAYOUTS order of the main loop's planes (_decode)."""
+  if plan.native_fp8:
+    return "native"
+  return "e2m1_asm" if plan.asm_e2m1 else "code"
+
+
+def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: int,
+            layout: str = "code"):
   """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the per-column factor
   2^(fold - s_b) (bp,).
 
-  Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); plane i's slice
-  holds the elements per_word * j + i. Slots are a power of two (a float32 x's 3 bfloat16
-  parts get a zero 4th)."""
+  Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); row j of plane
+  i's slice holds the element whose code plane i's column j holds (unpack.PAIR_LAYOUTS
+  `layout`; "code": element per_word * j + i). Slots are a power of two (a float32 x's 3
+  bfloat16 parts get a zero 4th)."""
   n_b, k = x.shape
   parts, s = _x_parts(x, operand)
   n_slots = _n_slots(x.dtype, operand)
   parts = jnp.pad(parts, ((0, n_slots - parts.shape[0]), (0, bp - n_b),
                           (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
-  xp = parts.reshape(n_slots * bp, kw_pad, per_word)
-  xin = jnp.transpose(xp, (2, 1, 0))                      # (pw, kw_pad, n_slots * bp)
-  return xin, _exp2_exact(fold - jnp.pad(s, (0, bp - n_b)))
+  cols = n_slots * bp
+  digits = unpack.PAIR_LAYOUTS[layout](per_word)
+  names = [n for n, _ in digits]
+  xp = parts.reshape(cols, kw_pad // 2, *[size for _, size in digits])
+  planes = [2 + d for d, n in enumerate(names) if n != "g"]
+  xin = jnp.transpose(xp, (*planes, 1, 2 + names.index("g"), 0))
+  return xin.reshape(per_word, kw_pad, cols), _exp2_exact(fold - jnp.pad(s, (0, bp - n_b)))
 
 
 def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
@@ -798,7 +811,7 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if plan.scale_kind:
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
-  operands += list(_prep_x(x, pw, kw_pad, operand, _fold_log2(plan), bp))
+  operands += list(_prep_x(x, pw, kw_pad, operand, _fold_log2(plan), bp, _pair_layout(plan)))
   if mx:    # the exact fallback's operands: bfloat16 parts, undoing the route at the end
     operands += list(_prep_x(x, pw, kw_pad, jnp.bfloat16, -unpack.f16_route_log2(plan.elem),
                              bp))

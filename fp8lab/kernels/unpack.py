@@ -45,8 +45,8 @@ from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
            "decode_planes_native", "NATIVE_FORMATS", "decode_planes_e2m1_asm",
-           "e8m0_scale_to_f32", "e4m3_scale_to_f16",
-           "e4m3_scale_to_f16_native"]
+           "PAIR_LAYOUTS", "pair_offsets", "pair_planes", "e8m0_scale_to_f32",
+           "e4m3_scale_to_f16", "e4m3_scale_to_f16_native"]
 
 _U = np.uint32
 
@@ -135,57 +135,111 @@ NATIVE_FORMATS = ("e4m3", "e5m2")
 
 
 def _native_plane_asm(fmt: ElementFormat, i: int) -> str:
-  """PTX for plane i of two words e, e+1 (pack=2: $1, $2; $0 = their two float16): PRMT
-  puts byte i of each word side by side in 16 bits (selector nibbles i, 4 + i), and one
-  cvt.rn.f16x2.{e4m3,e5m2}x2 converts both (low half: word e)."""
-  sel = ((4 + i) << 4) | i
-  return ("{ .reg .b32 t; .reg .b16 lo, hi; "
-          f"prmt.b32 t, $1, $2, {sel:#x}; mov.b32 {{lo, hi}}, t; "
-          f"cvt.rn.f16x2.{fmt.name}x2 $0, lo; }}")
+  """PTX for plane i of two words e, e+1 (pack=2: $1, $2; $0 = two float16): the 16-bit
+  half i % 2 of word e + i // 2 holds codes 2 (i % 2) and 2 (i % 2) + 1 side by side, and
+  one cvt.rn.f16x2.{e4m3,e5m2}x2 converts both (low half: the lower byte). The `mov`
+  only names the halves; no instruction moves a byte."""
+  w = "$2" if i >= 2 else "$1"
+  return ("{ .reg .b16 lo, hi; "
+          f"mov.b32 {{lo, hi}}, {w}; "
+          f"cvt.rn.f16x2.{fmt.name}x2 $0, {'hi' if i % 2 else 'lo'}; }}")
 
 
 def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
                          interpret: bool = False) -> list[jax.Array]:
-  """Plane i = code i of each word as float16 holding the code's TRUE value (no route
-  factor: 2^0), by fp8 -> float16 conversion. Exact for every code (float16 holds every
-  e4m3 / e5m2 value, subnormals and -0 included); NaN codes give NaN, e5m2 Inf codes Inf.
+  """The codes of each word as float16 holding their TRUE values (no route factor: 2^0),
+  by fp8 -> float16 conversion, in planes ordered as PAIR_LAYOUTS["native"] says: with
+  words paired (e, e + 1), e even, plane i holds codes 2n and 2n + 1 (n = i % 2) of word
+  e + i // 2 in its columns e and e + 1 (plane_source). Exact for every code (float16
+  holds every e4m3 / e5m2 value, subnormals and -0 included); NaN codes give NaN, e5m2
+  Inf codes Inf.
 
   NOT integer-only, and for Pallas kernels only. Compiled (Triton), each plane is one
-  inline-PTX `prmt` + `cvt.rn.f16x2.e4m3x2` (`.e5m2x2`) per two words (elementwise asm,
-  pack=2), which needs sm_89+ (FP8 units). jax 0.11.2's Pallas lowers a plain
-  bitcast-to-fp8 + astype(float16) too (to the same cvt), but Triton then extracts and
-  re-pairs the bytes with ~3.5 more integer instructions per word; the asm lets one PRMT
-  pair them. Inline asm has no interpret-mode rule, so with `interpret=True` the planes
-  are the same conversion in jnp: the code byte bitcast to the fp8 dtype, astype(float16)
-  (which is what the tests check over every code). The GEMV uses it when
+  inline-PTX `cvt.rn.f16x2.e4m3x2` (`.e5m2x2`) per two words (elementwise asm, pack=2) on
+  a 16-bit half of one of them, which needs sm_89+ (FP8 units); the pair order spares the
+  PRMT that pairing code i of words e and e + 1 needs (offline SASS, e4m3 64 x 64 words,
+  batch 1: 251 -> 196 instructions per K step; mxfp8 486 -> 423). jax 0.11.2's Pallas
+  lowers a plain bitcast-to-fp8 + astype(float16) too (to the same cvt), but Triton then
+  extracts and re-pairs the bytes with ~3.5 more integer instructions per word. Inline
+  asm has no interpret-mode rule, so with `interpret=True` the planes are the same
+  conversion in jnp: the code byte bitcast to the fp8 dtype, astype(float16) (which is
+  what the tests check over every code), in the same order. The GEMV uses it when
   FormatPlan.native_fp8 is set (by default on sm_89+ GPUs, fp8lab.gemv_packed's
   fp8_decode); the integer route above is used everywhere else.
   """
   assert fmt.name in NATIVE_FORMATS, fmt
-  return [_native_plane(words, fmt, i, interpret) for i in range(fmt.per_word)]
-
-
-def _native_plane(words: jax.Array, fmt: ElementFormat, i: int, interpret: bool) -> jax.Array:
-  """Plane i of decode_planes_native."""
   if interpret:
-    return lax.bitcast_convert_type(_shl(words, -fmt.bits * i).astype(jnp.uint8),
-                                    fmt.dtype).astype(jnp.float16)
+    return pair_planes([_native_code(words, fmt, i) for i in range(fmt.per_word)],
+                       "native")
   out = jax.ShapeDtypeStruct(words.shape, jnp.float16)
-  return plgpu.elementwise_inline_asm(_native_plane_asm(fmt, i), args=[words],
-                                      constraints="=r,r,r", pack=2,
-                                      result_shape_dtypes=[out])[0]
+  return [plgpu.elementwise_inline_asm(_native_plane_asm(fmt, i), args=[words],
+                                       constraints="=r,r,r", pack=2,
+                                       result_shape_dtypes=[out])[0]
+          for i in range(fmt.per_word)]
+
+
+def _native_code(words: jax.Array, fmt: ElementFormat, i: int) -> jax.Array:
+  """Code i of each word as float16, by the fp8 dtype in jnp (the native decode's twin)."""
+  return lax.bitcast_convert_type(_shl(words, -fmt.bits * i).astype(jnp.uint8),
+                                  fmt.dtype).astype(jnp.float16)
 
 
 def e4m3_scale_to_f16_native(codes: jax.Array, *, interpret: bool = False) -> jax.Array:
-  """e4m3_scale_to_f16 by the fp8 -> float16 conversion (sm_89+, Pallas kernels only):
-  the codes widened to uint32 words, plane 0 of decode_planes_native (one prmt + cvt per
-  two codes; the last axis pairs them, so its length must be even). Same values (exact),
-  NaN for the NaN codes."""
-  return _native_plane(codes.astype(jnp.uint32), E4M3, 0, interpret)
+  """e4m3_scale_to_f16 by the fp8 -> float16 conversion (sm_89+, Pallas kernels only).
+  Same values (exact), NaN for the NaN codes.
+
+  Compiled: one inline-PTX `cvt.rn.f16x2.e4m3x2` per two codes (pack=2 on the uint8
+  codes: Triton hands the asm both bytes in one 16-bit register, low byte = the first,
+  which the convert puts in the low half). The last axis pairs them, so its length must
+  be even. (Widening the codes to uint32 first and pairing them with a PRMT cost three
+  more PRMTs per pair of codes: offline SASS, nvfp4 128 x 32 words, 24 per K step.)
+  With `interpret=True`: the fp8 dtype in jnp."""
+  if interpret:
+    return _native_code(codes.astype(jnp.uint32), E4M3, 0)
+  out = jax.ShapeDtypeStruct(codes.shape, jnp.float16)
+  return plgpu.elementwise_inline_asm("cvt.rn.f16x2.e4m3x2 $0, $1;",
+                                      args=[codes.astype(jnp.uint8)], constraints="=r,h",
+                                      pack=2, result_shape_dtypes=[out])[0]
 
 
-# decode_planes_e2m1_asm: plane i of two words ($1: word e, $2: word e + 1) as one f16x2
-# register, in integer PTX. Each op is (name, dst, *sources); ints are immediates.
+# Plane orders of the decodes. With words paired (e, e + 1), e even, column e + g (g = 0, 1)
+# of plane i holds one code of the pair; its offset among the pair's 2 * per_word codes is
+# written in digits (name, size), most significant first. The plane index i is the digits
+# other than "g", in order; "g" is the column's parity. "code": code i of words e and e + 1
+# (decode_planes_16bit, decode_planes); "native": codes 2n, 2n + 1 of word e + h
+# (decode_planes_native); "e2m1_asm": codes n, n + 4 of word e + h (decode_planes_e2m1_asm).
+# The GEMV orders x's elements by the same digits.
+PAIR_LAYOUTS = {
+    "code": lambda pw: (("g", 2), ("i", pw)),
+    "native": lambda pw: (("h", 2), ("n", pw // 2), ("g", 2)),
+    "e2m1_asm": lambda pw: (("h", 2), ("g", 2), ("n", pw // 2)),
+}
+
+
+def pair_offsets(layout: str, per_word: int) -> np.ndarray:
+  """(per_word, 2) int array: the offset within a pair of words (code index + per_word *
+  word) of plane i's column parity g, for a PAIR_LAYOUTS name."""
+  digits = PAIR_LAYOUTS[layout](per_word)
+  names = [n for n, _ in digits]
+  off = np.arange(2 * per_word).reshape([s for _, s in digits])
+  plane_axes = [d for d, n in enumerate(names) if n != "g"]
+  return np.transpose(off, (*plane_axes, names.index("g"))).reshape(per_word, 2)
+
+
+def pair_planes(code_planes: list[jax.Array], layout: str) -> list[jax.Array]:
+  """Reorders per-code planes (plane c = code c of each word, last axis even) into a
+  PAIR_LAYOUTS order (jnp; the asm decodes' interpret twins and the tests)."""
+  pw = len(code_planes)
+  lo = [p[..., 0::2] for p in code_planes]      # code c of word e
+  hi = [p[..., 1::2] for p in code_planes]      # code c of word e + 1
+  src = lambda o: (hi if o >= pw else lo)[o % pw]
+  off = pair_offsets(layout, pw)
+  return [jnp.stack([src(off[i, 0]), src(off[i, 1])], axis=-1).reshape(code_planes[0].shape)
+          for i in range(pw)]
+
+
+# decode_planes_e2m1_asm: plane i of two words ($1: word e, $2: word e + 1, e even) as one
+# f16x2 register, in integer PTX. Each op is (name, dst, *sources); ints are immediates.
 _E2M1_SIGN, _E2M1_MAG = 0x80808080, 0x0E0E0E0E        # per byte: float16 bits 15, 9..11
 _OR_AND = 0xEA                                        # lop3 table of (a & b) | c
 
@@ -193,28 +247,29 @@ _OR_AND = 0xEA                                        # lop3 table of (a & b) | 
 def _e2m1_plane_ops(i: int) -> list[tuple]:
   """The integer program of e2m1 plane i (0 <= i < 8) for a pair of words.
 
-  Code i is nibble i % 2 of byte q = i // 2. (1) PRMT interleaves bytes q & ~1 and q | 1
-  of both words: r = (byte 1 of $2, byte 1 of $1, byte 0 of $2, byte 0 of $1) for q < 2
-  (bytes 3 and 2 for q >= 2), four codes of each word. (2) In every byte at once, the
-  high nibble (odd i; for even i, r << 4 first) becomes the high byte of its float16
-  pattern: sign kept at bit 7, magnitude shifted 3 down to bits 1..3, the rest cleared
-  (shr, and, lop3 (r & 0x80808080) | m); value * 2^-14, -0 for code 8. (3) PRMT with a
-  zero operand puts the byte of word e in bits 8..15 and of word e + 1 in bits 24..31,
-  zeros elsewhere. 5 instructions (odd i) or 6 (even i), but (1) is common to planes
-  with the same q // 2 and (2) to planes 2 apart, so after ptxas merges the repeats a
-  pair of words costs 2 + 2 * 3 + 2 * 4 + 8 = 24 instructions for its 16 codes.
+  The register holds codes n and n + 4 (n = i % 4) of one word w (i < 4: $1, else $2):
+  nibble n of byte q = n // 2 and of byte q + 2, 16 bits apart, so no bytes of the two
+  words need interleaving. (1) In every byte of w at once, the high nibble (odd n; for
+  even n, w << 4 first) becomes the high byte of its float16 pattern: sign kept at bit 7,
+  magnitude shifted 3 down to bits 1..3, the rest cleared (shr, and, lop3 (w & 0x80808080)
+  | m); value * 2^-14, -0 for code 8. (2) PRMT with a zero operand puts byte q in bits
+  8..15 and byte q + 2 in bits 24..31, zeros elsewhere. 4 instructions (odd n) or 5 (even
+  n), but (1) is common to the two planes of w with the same parity of n, so after ptxas
+  merges the repeats a word costs 3 + 4 + 4 = 11 instructions for its 8 codes (the
+  previous program, which paired code i of words e and e + 1, needed 12: one more PRMT to
+  interleave the words' bytes).
   """
   assert 0 <= i < 8, i
-  q, odd = divmod(i, 2)
-  lo = 2 * (q % 2)                                     # byte of r holding word e's byte q
-  ops: list[tuple] = [("prmt", "r", "$1", "$2", 0x7362 if q >= 2 else 0x5140)]
-  src = "r"
+  w = "$2" if i >= 4 else "$1"
+  q, odd = divmod(i % 4, 2)
+  ops: list[tuple] = []
+  src = w
   if not odd:
-    ops.append(("shl", "s", "r", 4))
+    ops.append(("shl", "s", w, 4))
     src = "s"
   ops += [("shr", "m", src, 3), ("and", "m", "m", _E2M1_MAG),
           ("lop3", "x", src, _E2M1_SIGN, "m", _OR_AND),
-          ("prmt", "$0", "x", 0, ((lo + 1) << 12) | (4 << 8) | (lo << 4) | 4)]
+          ("prmt", "$0", "x", 0, ((q + 2) << 12) | (4 << 8) | (q << 4) | 4)]
   return ops
 
 
@@ -224,12 +279,12 @@ def _e2m1_plane_asm(i: int) -> str:
 
 
 def _e2m1_ptx(ops: list[tuple]) -> str:
-  """PTX text of an op list in _e2m1_plane_ops' form (registers r, s, m, x; an op name
+  """PTX text of an op list in _e2m1_plane_ops' form (registers s, m, x; an op name
   without a type suffix is .b32)."""
   arg = lambda v: (f"{v:#x}" if v > 9 else str(v)) if isinstance(v, int) else v
   body = " ".join(f"{op if '.' in op else op + '.b32'} {', '.join(arg(v) for v in args)};"
                   for op, *args in ops)
-  return "{ .reg .b32 r, s, m, x; " + body + " }"
+  return "{ .reg .b32 s, m, x; " + body + " }"
 
 
 def _run_e2m1_plane_ops(i: int, lo: jax.Array, hi: jax.Array) -> jax.Array:
@@ -260,17 +315,22 @@ def _run_e2m1_plane_ops(i: int, lo: jax.Array, hi: jax.Array) -> jax.Array:
 
 
 def decode_planes_e2m1_asm(words: jax.Array, *, interpret: bool = False) -> list[jax.Array]:
-  """decode_planes_16bit(words, E2M1) by inline PTX of integer instructions only.
+  """decode_planes_16bit(words, E2M1), permuted within pairs of words, by inline PTX of
+  integer instructions only.
 
-  The same float16 bits (value * 2^-14, -0 for code 8) as the shift-and-mask route, but
-  each plane is one asm call per two words (pack=2) whose output register already holds
-  the two float16 the MMA operand pairs (low half: word e), so Triton adds no byte
-  re-pairing; _e2m1_plane_ops has the instructions (3 per plane and word pair once ptxas
-  merges the repeats). No fp4 / fp8 conversion, so any CUDA GPU (sm_80 too) runs it.
-  Pallas kernels only: compiled, the asm; with `interpret=True` the same op list run by
-  _run_e2m1_plane_ops in jnp on words paired along the last axis (even length), which
-  the tests compare with decode_planes_16bit. The GEMV uses it when FormatPlan.asm_e2m1
-  is set (gemv_packed: whenever it compiles for a CUDA GPU).
+  The same float16 bits (value * 2^-14, -0 for code 8) as the shift-and-mask route, in
+  another order: with words paired (e, e + 1), e even, plane i holds codes n and n + 4
+  (n = i % 4) of word e + i // 4 in its columns e and e + 1 (PAIR_LAYOUTS["e2m1_asm"]),
+  where decode_planes_16bit's plane i holds code i of words e and e + 1. A GEMV that uses these
+  planes orders x's elements the same way. Each plane is one asm call per two words
+  (pack=2) whose output register already holds the two float16 the MMA operand pairs, and
+  both come from one word, so no bytes are interleaved; _e2m1_plane_ops has the
+  instructions (11 per word once ptxas merges the repeats). No fp4 / fp8 conversion, so
+  any CUDA GPU (sm_80 too) runs it. Pallas kernels only: compiled, the asm; with
+  `interpret=True` the same op list run by _run_e2m1_plane_ops in jnp on words paired
+  along the last axis (even length), which the tests compare with decode_planes_16bit.
+  The GEMV uses it when FormatPlan.asm_e2m1 is set (gemv_packed: whenever it compiles for
+  a CUDA GPU).
   """
   if interpret:
     assert words.shape[-1] % 2 == 0, words.shape
