@@ -4,20 +4,19 @@ Variants of the kernel (monkeypatched here, never in the library), same grid, lo
 and epilogue; their outputs are wrong on purpose, only the time is read:
   full      the kernel as gemv_packed runs it;
   noscale   block scales not applied to the planes (NVFP4: no E4M3 decode or multiply;
-            MX: no step maximum, factors or far-block flags);
+            MX: no factors; the first loop over the scale codes stays);
   trivial   no decode and no scales: every plane is the word tile's low halves as float16
             (meant as loads, dots, x tiles, pipeline and epilogue only; measured slower than
             noscale for every format, so Triton's code for it differs: not a floor);
-  mx_nomax  MX only: the step maximum m replaced by the constant 127 (what a per-row
-            reference computed before the kernel would cost: no reduction, no per-step
-            rescale of the accumulator), far-block check per word kept;
-  mx_nofar  mx_nomax without the far-block check.
+(Until the MX kernel took each row's largest scale from a first loop over the scale codes,
+variants mx_nomax / mx_nofar measured the per-K-step maximum and far check it replaced:
+gemv_parts_h200_20261130.txt, at 0e6f11e.)
 Median device time of the fp8lab_gemv kernel (profiler, 3 calls of R copies after 10
 warm-ups) per format / batch / config / variant. Results:
 benchmarks/results/gemv_parts_h200_20261130.txt.
 
   PYTHONPATH=. python3 benchmarks/probe_parts.py      # on the GPU
-  PARTS_SET=mx PARTS_VARIANTS=full,mx_nomax,mx_nofar,noscale PYTHONPATH=. python3 benchmarks/probe_parts.py
+  PARTS_SET=mx PARTS_VARIANTS=full,noscale PYTHONPATH=. python3 benchmarks/probe_parts.py
 """
 import os, sys, warnings
 warnings.filterwarnings("ignore")
@@ -29,30 +28,19 @@ from fp8lab.kernels import gemv as G
 
 R = int(os.environ.get("PROBE_COPIES", "8"))
 S = 16384
-ORIG = {"_decode": G._decode, "_weight_planes": G._weight_planes, "_mx_factors": G._mx_factors}
+ORIG = {"_decode": G._decode, "_weight_planes": G._weight_planes}
 
 
-def noscale(words, codes, plan, interpret=False):
-  return G._decode(words, plan, interpret), None
+def noscale(words, codes, plan, interpret=False, m=None):
+  return G._decode(words, plan, interpret)
 
 
 def trivial_decode(words, plan, interpret):
   return [lax.bitcast_convert_type(words.astype(jnp.uint16), jnp.float16)] * plan.per_word
 
 
-def mx_factors_const(keep_far):
-  def f(codes, elem, route_log2):
-    m = jnp.full(codes.shape[:1], 127, jnp.int32)
-    fac, far, _ = ORIG["_mx_factors"](jnp.minimum(codes.astype(jnp.int32), 127), elem,
-                                       route_log2)
-    return fac, (far if keep_far else jnp.zeros_like(far)), m
-  return f
-
-
 PATCHES = {"full": {}, "noscale": {"_weight_planes": noscale},
-           "trivial": {"_weight_planes": noscale, "_decode": trivial_decode},
-           "mx_nomax": {"_mx_factors": mx_factors_const(True)},
-           "mx_nofar": {"_mx_factors": mx_factors_const(False)}}
+           "trivial": {"_weight_planes": noscale, "_decode": trivial_decode}}
 
 
 def kernel_us(plan, cfg, args, variant):

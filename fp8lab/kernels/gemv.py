@@ -8,19 +8,21 @@ as 0 (code 0 is +0 in every format and meets zero-padded x, so no NaN leaks in).
 
 One path for every batch: tensor-core dots, one per code plane. A program takes `block_rows`
 rows and loops over K in steps of `block_k` words. Per step it loads the (rows, block_k) tile
-of words and decodes it into `per_word` planes, plane i holding code i of each word
+of words and decodes it into `per_word` planes, each holding one code of each word
 (kernels/unpack.py: integer shifts and masks build float16 bit patterns, no conversion
 instruction; on sm_89+ GPUs e4m3 / e5m2 codes take the native decode by default instead,
-FormatPlan.native_fp8: one inline PTX prmt + cvt.rn.f16x2 per two codes; compiled for a
-CUDA GPU, e2m1 codes take the same float16 route written as integer inline PTX,
-FormatPlan.asm_e2m1). Every plane is an elementwise function of the word tile, so Triton
-loads the words straight into the tensor cores' operand layout (no shuffle through shared
-memory), and
+FormatPlan.native_fp8: one inline PTX cvt.rn.f16x2 per two codes; compiled for a CUDA GPU,
+e2m1 codes take the same float16 route written as integer inline PTX, FormatPlan.asm_e2m1).
+Every plane is an elementwise function of the word tile, so Triton loads the words straight
+into the tensor cores' operand layout (no shuffle through shared memory), and
 
     acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
-with x_i[j, c] = column c of x at element per_word * j + i: x is rearranged outside the
-kernel into per-plane slices (pw, kw_pad, N), zero padded. The N columns hold the batch
+with x_i[j, c] = column c of x at the element whose code plane i holds in its column j:
+code i of word j (element per_word * j + i) for the shift-and-mask route; the asm and
+native decodes take the two codes of an MMA register pair from one word, so their planes
+permute codes within each pair of words (unpack.PAIR_LAYOUTS). x is rearranged outside the
+kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded. The N columns hold the batch
 (padded to a power of two, Bp) once per x *part*: float32 x is not a tensor-core operand, so
 it is cut into parts that sum to it exactly and each part is a slot of Bp columns; one dot
 covers all parts and all batch rows, so a batch of 1..Bp costs the same weight traffic and
@@ -40,17 +42,18 @@ Operands (every product is exact in float32; jnp.dot accumulates in float32):
     (<= 2^-25 * 2^e absolutely where x is below float16's normal range).
   * NVFP4: float16 code (value * 2^-14) times the E4M3 block scale's value as a float16,
     multiplied in float16: exact (<= 6 significant bits, >= 2^-24); S_dec at the end.
-  * MX (E8M0 scales), fast path: per K step and row, m = the largest scale code; each block
-    gets the float16 factor 2^(c - m) (times 2^-route; route 0 when native), so that
-    code * factor = value * 2^(c - m) either way, exact in float16 for drops
-    c - m >= -_MX_SPREAD (23 / 15 / 8 binades for e2m1 / e4m3 / e5m2 elements); x as the
-    float16 parts above; the step's dot result is multiplied by 2^(m - 127) (exact in
-    float32) before it is added to the accumulator.
+  * MX (E8M0 scales), fast path: per row, m = the largest scale code in the program's K
+    range (a first loop reads the scale codes alone); each block gets the float16 factor
+    2^(c - m) (times 2^-route; route 0 when native), so that code * factor = value *
+    2^(c - m) either way, exact in float16 for drops c - m >= -_MX_SPREAD (23 / 15 / 8
+    binades for e2m1 / e4m3 / e5m2 elements); x as the float16 parts above; the
+    accumulator is multiplied by 2^(m - 127) (exact in float32) after the K loop.
     A block further below m ("far") gets factor 0; if it holds a nonzero code, or a scale is
-    the E8M0 NaN code, the program recomputes its rows in an exact fallback loop. (The main
-    loop only notes far blocks, from the scales; a program that has one reads its words
-    again, in the same K steps, to look for a nonzero code there. All-zero blocks, scale
-    code 0, are far: sparse rows pay that second pass, not the fallback.)
+    the E8M0 NaN code, the program recomputes its rows in an exact fallback loop. (The
+    first loop also finds each row's smallest scale code, which tells whether a row has far
+    blocks; a program that has one reads its words again to look for a nonzero code there.
+    All-zero blocks, scale code 0, are far: sparse rows pay that second pass, not the
+    fallback.)
   * MX fallback: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
     <= 4 significant bits; values below 2^-133, only with scale codes < ~10, may lose bits).
     bf16 weights use the same operand: bfloat16 planes as stored. x as bfloat16 parts cut by
@@ -65,8 +68,7 @@ gives Inf, not Inf * 0 = NaN. Against the reference, which rounds each dequantiz
 to float32 and sums in jnp.dot's order, this differs in the order of the float32 additions,
 the x split (4u per product) and the place of the single final scale rounding:
 |y - y_exact| <= (k + 7) u sum|w x| + u |y| (u = 2^-24) unless an intermediate overflows or
-underflows (the MX fast path adds one exact power-of-two scaling and one addition per K step,
-inside the k additions); the tensor cores' float32 accumulation truncates instead of
+underflows (the MX fast path adds one exact power-of-two scaling per row); the tensor cores' float32 accumulation truncates instead of
 rounding, so the tests allow twice the addition term. The float16 x window: where a float16
 lo part falls below float16's normal range (elements under 2^-17 max|x_b|), the 2^-22 |x|
 above becomes an absolute 2^-25 * 2^-s_b, and where hi too is a float16 subnormal both
@@ -313,6 +315,9 @@ def format_plan(format: str, element_format: str, block_shape: tuple[int, ...] |
   row_div = block_shape[0] if len(block_shape) == 2 else 1
   if block_len % elem.per_word:
     raise ValueError(f"block length {block_len} is not a multiple of {elem.per_word} codes")
+  if (native or asm) and (block_len // elem.per_word) % 2:
+    raise ValueError(f"the {elem.name} decode pairs words: block length {block_len} must "
+                     f"be a multiple of {2 * elem.per_word} codes")
   return FormatPlan(format, elem, kind, block_len, row_div, has_tensor_scale, native, asm,
                     native_scale=bool(native_fp8) and kind == "e4m3")
 
@@ -347,31 +352,34 @@ def _fold_log2(plan: FormatPlan) -> int:
   return -_route_log2(plan)
 
 
-# MX fast path: the largest drop d = scale - m below the step's largest scale m for which
+# MX fast path: the largest drop d = scale - m below the row's largest scale m for which
 # code * 2^d stays exact in float16 (its lowest bit >= 2^-24): e2m1's lsb is 2^-1, e4m3's
 # 2^-9, e5m2's 2^-16. The largest magnitudes (6, 448, 57344) fit at d = 0.
 _MX_SPREAD = {"e2m1": 23, "e4m3": 15, "e5m2": 8}
 
 
-def _mx_factors(codes: jax.Array, elem: ElementFormat, route_log2: int):
-  """MX fast path, per K step: E8M0 codes (rows, groups) -> (float16 factors, far, m).
+def _mx_factors(codes: jax.Array, elem: ElementFormat, route_log2: int, m: jax.Array):
+  """MX fast path: E8M0 codes (rows, groups) and each row's largest code m (rows,) ->
+  (float16 factors, far).
 
-  m = the row's largest scale code in the step. The factor of a block is 2^(c - m) times
-  2^-route_log2 (_route_log2: f16_route_log2(elem), or 0 for native planes), so that
-  decoded code * factor = value * 2^(c - m), as a float16 built from bits (normal down to
-  2^-14, subnormal down to 2^-24). Either way the product is value * 2^(c - m), so its exactness does not
-  depend on the route. Blocks further than _MX_SPREAD below m ("far") get factor 0: their
-  products would not be exact, so a far block holding a nonzero code sends the program to
-  the exact fallback."""
-  c = codes.astype(jnp.int32)
-  m = jnp.max(c, axis=1)
-  d = c - m[:, None]
-  e = d - route_log2                                  # float16 exponent of the factor
-  far = d < -_MX_SPREAD[elem.name]
-  normal = (e + 15) << 10
-  sub = jnp.left_shift(jnp.int32(1), jnp.clip(e + 24, 0, 15))
-  bits = jnp.where(far, 0, jnp.where(e >= -14, normal, sub))
-  return lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16), far, m
+  The factor of a block is 2^(c - m) times 2^-route_log2 (_route_log2: f16_route_log2(elem),
+  or 0 for native planes), so that decoded code * factor = value * 2^(c - m), as a float16
+  built from bits (normal down to 2^-14, subnormal down to 2^-24). Either way the product
+  is value * 2^(c - m), so its exactness does not depend on the route. Blocks further than
+  _MX_SPREAD below m ("far") get factor 0: their products would not be exact, so a far
+  block holding a nonzero code sends the program to the exact fallback."""
+  # t = the factor's biased float16 exponent e + 15, e = c - m - route_log2; the per-row
+  # part (15 - route_log2 - m) is loop-invariant, so a block costs an add, a compare, a
+  # shift and a select where no factor can be a float16 subnormal (every route but native
+  # e4m3, whose smallest factor is 2^-15).
+  t = codes.astype(jnp.int32) + (15 - route_log2 - m)[:, None]
+  t_far = 15 - route_log2 - _MX_SPREAD[elem.name]     # d < -spread  <=>  t < t_far
+  far = t < t_far
+  bits = t << 10                                      # normal: e >= -14, t >= 1
+  if t_far < 1:                                       # subnormal factors 2^e, e >= -24
+    bits = jnp.where(t >= 1, bits, jnp.left_shift(jnp.int32(1), jnp.clip(t + 9, 0, 15)))
+  bits = jnp.where(far, 0, bits)
+  return lax.bitcast_convert_type(bits.astype(jnp.uint16), jnp.float16), far
 
 
 def _per_word(t: jax.Array, wpb: int) -> jax.Array:
@@ -390,12 +398,14 @@ def _decode(words: jax.Array, plan: FormatPlan, interpret: bool) -> list[jax.Arr
 
 
 def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
-                   interpret: bool = False):
-  """The main loop's dot operands of a (rows, block_k) word tile: plane i = code i of each
-  word, times its block scale (NVFP4: the E4M3 value; MX: the fast path's factor).
-  Returns (planes, MX extras: (far per block, m) or None)."""
+                   interpret: bool = False, m: jax.Array | None = None) -> list[jax.Array]:
+  """The main loop's dot operands of a (rows, block_k) word tile: the planes of _decode
+  (unpack.PAIR_LAYOUTS order), times their block scale (NVFP4: the E4M3 value; MX: the
+  fast path's factor for the rows' largest scale codes m). The two columns of a word pair
+  (e, e + 1), e even, lie in one scale block whatever the order (words_per_block is even),
+  so the scale of column j is the scale of word j."""
   if plan.scale_kind is None:
-    return _decode(words, plan, interpret), None
+    return _decode(words, plan, interpret)
   wpb = plan.words_per_block
   if plan.scale_kind == "e4m3":
     # The E4M3 scale's true value is exact in float16; so is its product with a
@@ -403,11 +413,10 @@ def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
     s16 = (unpack.e4m3_scale_to_f16_native(codes, interpret=interpret) if plan.native_scale
            else unpack.e4m3_scale_to_f16(codes))
     s16 = _per_word(s16, wpb)
-    return [p * s16 for p in _decode(words, plan, interpret)], None
-  fac, far, m = _mx_factors(codes, plan.elem, _route_log2(plan))
+    return [p * s16 for p in _decode(words, plan, interpret)]
+  fac, _ = _mx_factors(codes, plan.elem, _route_log2(plan), m)
   fac = _per_word(fac, wpb)
-  planes = [p * fac for p in _decode(words, plan, interpret)]
-  return planes, (far, m)
+  return [p * fac for p in _decode(words, plan, interpret)]
 
 
 def _mx_exact_planes(words: jax.Array, codes: jax.Array, plan: FormatPlan):
@@ -462,11 +471,14 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   row_off = (rows * kw)[:, None]
   srow_off = ((rows // plan.scale_row_div) * nbk)[:, None]
 
-  def load(s, masked: bool, bk=bk):
-    """The (rows, bk) word tile and (rows, bk / wpb) scale codes of K step s."""
+  def load(s, masked: bool, bk=bk, words: bool = True):
+    """The (rows, bk) word tile (None if not `words`) and (rows, bk / wpb) scale codes of K
+    step s."""
     cols = s * bk + lax.iota(jnp.int32, bk)
     offs = row_off + cols[None, :]
-    if masked:
+    if not words:
+      words = None
+    elif masked:
       words = plgpu.load(w_ref.at[offs], mask=jnp.broadcast_to(cols[None, :] < kw, offs.shape),
                          other=0)
     else:
@@ -518,22 +530,28 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     n_groups = bk // plan.words_per_block
     return s * n_groups + lax.iota(jnp.int32, n_groups) < nbk
 
-  def main_step(s, carry, masked: bool):
-    acc, far_any, nan_row = carry
+  if mx:
+    # The MX fast path scales every block by 2^(c - m), m = the row's largest scale code in
+    # this program's K range: a first pass over the scale codes alone (1/32 of the words'
+    # bytes for MX-FP4) finds m and the smallest code, which tell whether the row has far
+    # blocks (_mx_factors) at all; an E8M0 NaN code (0xFF) is the largest.
+    def range_step(s, carry, masked: bool):
+      hi, lo = carry
+      c = load(s, masked, words=False)[1].astype(jnp.int32)
+      if masked:                           # scale codes past the row read as 0: skip them
+        c_lo = jnp.where(_valid_groups(s)[None, :], c, 255)
+      else:
+        c_lo = c
+      return jnp.maximum(hi, jnp.max(c, axis=1)), jnp.minimum(lo, jnp.min(c_lo, axis=1))
+
+    m_row, lo_row = k_loop(range_step, (jnp.zeros((br,), jnp.int32),
+                                        jnp.full((br,), 255, jnp.int32)))
+  else:
+    m_row = None
+
+  def main_step(s, acc, masked: bool):
     words, codes = load(s, masked)
-    planes, extra = _weight_planes(words, codes, plan, interpret)
-    part = dots(planes, x_ref, s)
-    if extra is None:
-      return acc + part, far_any, nan_row
-    far, m = extra
-    # The step's dots carry 2^(c - m); 2^(m - 127) per row makes them 2^(c - 127) (exact
-    # unless the product leaves float32's range, where the reference's weights do too).
-    acc = acc + part * _exp2_exact(m - 127)[:, None]
-    if masked:                             # scale codes past the row read as 0: not far
-      far = far & _valid_groups(s)[None, :]
-    far_any = far_any | far                               # per block, not per word
-    nan_row = nan_row | (m == 255)                        # an E8M0 NaN scale (0xFF)
-    return acc, far_any, nan_row
+    return acc + dots(_weight_planes(words, codes, plan, interpret, m_row), x_ref, s)
 
   def epilogue(y, f):
     # The tensor scale first, then the power of two 2^(fold - s_b): fl(y * ts) is the one
@@ -544,15 +562,16 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       y = y * ts_ref[0]
     return y * f[None, :]
 
-  init = (jnp.zeros((br, n_slots * bp), jnp.float32),
-          jnp.zeros((br, bk // plan.words_per_block) if mx else (), jnp.bool_),
-          jnp.zeros((br,) if mx else (), jnp.bool_))
-  acc, far_any, nan_row = k_loop(main_step, init)
+  acc = k_loop(main_step, jnp.zeros((br, n_slots * bp), jnp.float32))
+  if mx:
+    # The dots carry 2^(c - m); 2^(m - 127) per row makes them 2^(c - 127) (exact unless
+    # the product leaves float32's range, where the reference's weights do too).
+    acc = acc * _exp2_exact(m_row - 127)[:, None]
   y = epilogue(_combine_slots(acc, n_slots), f_ref[...])
 
   if mx:
-    # Exact fallback (rare: scales more than _MX_SPREAD binades apart within a K step of a
-    # row, or a NaN scale): the whole row block again with bfloat16 operands.
+    # Exact fallback (rare: scales more than _MX_SPREAD binades apart within a row of the
+    # program's K range, or a NaN scale): the whole row block again with bfloat16 operands.
     # Short K steps: its registers count for the whole kernel, and it rarely runs.
     bk_e = min(bk, _min_block_k(plan))
 
@@ -566,22 +585,18 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
     # Far blocks (rare; all-zero blocks get scale code 0, so sparse rows have them): a
     # second pass over this program's words decides whether one holds a nonzero code.
-    # Checking in the main loop instead (an OR per word, with the far flags broadcast to
-    # the word tile's layout) made it 16 us slower for mxfp4 and 37 us for mxfp8 at
-    # 16384^2 (benchmarks/results/gemv_parts_h200_20261130.txt).
-    # Same K steps as the main loop: "far" is relative to each step's largest scale.
     def check_step(s, bad, masked: bool):
       words, codes = load(s, masked)
-      _, far, _ = _mx_factors(codes, plan.elem, _route_log2(plan))
+      _, far = _mx_factors(codes, plan.elem, _route_log2(plan), m_row)
       return bad | jnp.where(_per_word(far, plan.words_per_block), words, _U(0))
 
     def far_codes():
       bad = k_loop(check_step, jnp.zeros((br, bk), jnp.uint32))
       return jnp.max(jnp.max(bad, axis=1)) != _U(0)
 
-    any_far = jnp.max(jnp.max(far_any.astype(jnp.int32), axis=1)) > 0
+    any_far = jnp.max((lo_row < m_row - _MX_SPREAD[plan.elem.name]).astype(jnp.int32)) > 0
     need = (lax.cond(any_far, far_codes, lambda: any_far)      # any_far: False there
-            | (jnp.max(nan_row.astype(jnp.int32)) > 0))
+            | (jnp.max(m_row) == 255))                          # an E8M0 NaN scale
     y = lax.cond(need, exact, lambda: y)
 
   b = lax.iota(jnp.int32, bp)
