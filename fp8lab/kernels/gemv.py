@@ -507,7 +507,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
   def k_loop(step, init, bk=bk):
     """The K steps of size bk of this program's split (all of K without splits): full steps
-    unmasked, the tail step (if any) masked."""
+    unmasked, the tail step (if any) masked. With splits, bk must divide a split's
+    steps_per_split * block_k words."""
     n_full, tail = divmod(kw, bk)
     carry = init
     if split is None:
@@ -516,7 +517,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       if tail:
         carry = step(n_full, carry, True)
       return carry
-    per = steps_per_split * (cfg.block_k // bk)        # this loop's steps per split
+    per, rem = divmod(steps_per_split * cfg.block_k, bk)   # this loop's steps per split
+    assert not rem, (steps_per_split, cfg.block_k, bk)
     first = split * per
     last = first + per
     carry = lax.fori_loop(first, jnp.minimum(last, n_full),
@@ -535,17 +537,24 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # this program's K range: a first pass over the scale codes alone (1/32 of the words'
     # bytes for MX-FP4) finds m and the smallest code, which tell whether the row has far
     # blocks (_mx_factors) at all; an E8M0 NaN code (0xFF) is the largest.
+    # Its K steps are up to 16 main-loop steps long (<= 128 codes per row): a loop of
+    # small dependent loads would cost more than the bytes (mxfp8: 6 us at 16384^2).
+    bk_r = bk
+    while (bk_r * 2 // plan.words_per_block <= 128 and bk_r < 16 * bk
+           and (split is None or steps_per_split % (2 * bk_r // bk) == 0)):
+      bk_r *= 2
+
     def range_step(s, carry, masked: bool):
       hi, lo = carry
-      c = load(s, masked, words=False)[1].astype(jnp.int32)
+      c = load(s, masked, bk_r, words=False)[1].astype(jnp.int32)
       if masked:                           # scale codes past the row read as 0: skip them
-        c_lo = jnp.where(_valid_groups(s)[None, :], c, 255)
+        c_lo = jnp.where(_valid_groups(s, bk_r)[None, :], c, 255)
       else:
         c_lo = c
       return jnp.maximum(hi, jnp.max(c, axis=1)), jnp.minimum(lo, jnp.min(c_lo, axis=1))
 
     m_row, lo_row = k_loop(range_step, (jnp.zeros((br,), jnp.int32),
-                                        jnp.full((br,), 255, jnp.int32)))
+                                        jnp.full((br,), 255, jnp.int32)), bk_r)
   else:
     m_row = None
 
