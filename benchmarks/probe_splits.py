@@ -81,6 +81,9 @@ if os.environ.get("PROBE_WORK") == "decode":
              ("nvfp4", S, S, 16, [(64, 32, 4, 3, 0), (128, 16, 4, 3, 0)]),
              ("mxfp4", S, S, 16, [(64, 64, 4, 3, 0), (128, 16, 4, 3, 0)]),
              ("mxfp8", S, S, 16, [(128, 32, 4, 3, 0)])]
+# PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
+if os.environ.get("PROBE_FORMATS"):
+  WORK = [w for w in WORK if w[0] in os.environ["PROBE_FORMATS"].split(",")]
 rows = []
 
 

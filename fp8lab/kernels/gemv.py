@@ -537,10 +537,15 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # this program's K range: a first pass over the scale codes alone (1/32 of the words'
     # bytes for MX-FP4) finds m and the smallest code, which tell whether the row has far
     # blocks (_mx_factors) at all; an E8M0 NaN code (0xFF) is the largest.
-    # Its K steps are up to 16 main-loop steps long (<= 128 codes per row): a loop of
-    # small dependent loads would cost more than the bytes (mxfp8: 6 us at 16384^2).
+    # Its K steps are longer than the main loop's: a chain of small dependent loads at the
+    # main loop's step cost mxfp8 6 us at 16384^2. How long was measured on the H200
+    # (benchmarks/results/gemv_mx_first_loop_h200_20261130.txt, default configs, batches 1
+    # and 16): tiles of 8192 codes (rows x codes per row) were the fastest for mxfp4 and
+    # mxfp8 at both batches, while 4096 and 16384 made the kernel 1.5-2x slower (Triton's
+    # code for the main loop changes with them); so up to _MX_RANGE_TILE codes, and up to
+    # 16 main-loop steps that divide a K split's steps.
     bk_r = bk
-    while (bk_r * 2 // plan.words_per_block <= 128 and bk_r < 16 * bk
+    while (br * (bk_r * 2 // plan.words_per_block) <= _MX_RANGE_TILE and bk_r < 16 * bk
            and (split is None or steps_per_split % (2 * bk_r // bk) == 0)):
       bk_r *= 2
 
@@ -616,6 +621,10 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   base = 0 if split is None else split * (n_b * n_out)      # this split's partial result
   offs = jnp.where(ok, base + b[None, :] * n_out + out_rows[:, None], n_splits * n_b * n_out)
   plgpu.store(o_ref.at[offs], y.astype(o_ref.dtype), mask=ok)
+
+
+# Scale codes per K step of the MX kernels' first loop (see _gemv_kernel).
+_MX_RANGE_TILE = 8192
 
 
 def _exp2_exact(n: jax.Array) -> jax.Array:
