@@ -81,6 +81,12 @@ if os.environ.get("PROBE_WORK") == "decode":
              ("nvfp4", S, S, 16, [(64, 32, 4, 3, 0), (128, 16, 4, 3, 0)]),
              ("mxfp4", S, S, 16, [(64, 64, 4, 3, 0), (128, 16, 4, 3, 0)]),
              ("mxfp8", S, S, 16, [(128, 32, 4, 3, 0)])]
+# PROBE_WORK=mx_shapes: MX default configs at the LLM shapes (batches 1, 16) and 16384^2 batch 64.
+if os.environ.get("PROBE_WORK") == "mx_shapes":
+  dflt = lambda f, b: [(*dataclasses.astuple(G.gemv_config(f, b))[:4], 0)]
+  WORK = [(f, n, k, b, dflt(f, b)) for n, k in ((14336, 4096), (4096, 14336))
+          for b in (16, 1) for f in ("mxfp4", "mxfp8")]
+  WORK += [(f, S, S, 64, dflt(f, 64)) for f in ("mxfp4", "mxfp8")]
 # PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
 if os.environ.get("PROBE_FORMATS"):
   WORK = [w for w in WORK if w[0] in os.environ["PROBE_FORMATS"].split(",")]

@@ -534,19 +534,22 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
   if mx:
     # The MX fast path scales every block by 2^(c - m), m = the row's largest scale code in
-    # this program's K range: a first pass over the scale codes alone (1/32 of the words'
-    # bytes for MX-FP4) finds m and the smallest code, which tell whether the row has far
-    # blocks (_mx_factors) at all; an E8M0 NaN code (0xFF) is the largest.
-    # Its K steps are longer than the main loop's: a chain of small dependent loads at the
-    # main loop's step cost mxfp8 6 us at 16384^2. How long was measured on the H200
-    # (benchmarks/results/gemv_mx_first_loop_h200_20261130.txt, default configs, batches 1
-    # and 16): tiles of 8192 codes (rows x codes per row) were the fastest for mxfp4 and
-    # mxfp8 at both batches, while 4096 and 16384 made the kernel 1.5-2x slower (Triton's
-    # code for the main loop changes with them); so up to _MX_RANGE_TILE codes, and up to
-    # 16 main-loop steps that divide a K split's steps.
+    # this program's K range: a first loop over the scale codes alone (1/16 of the words'
+    # bytes for MXFP4, 1/32 for MXFP8) finds m and the smallest code, which tell whether
+    # the row has far blocks (_mx_factors) at all; an E8M0 NaN code (0xFF) is the largest.
+    # Its K steps: for programs of <= 64 rows, up to _MX_RANGE_TILE codes (rows x codes
+    # per row) and 16 main-loop steps that divide a K split's steps; for taller programs,
+    # the main loop's step. Measured on the H200 (benchmarks/results/
+    # gemv_mx_first_loop_h200_20261130.txt, default configs): at the main loop's step the
+    # loop of small dependent loads costs 64-row programs 2-4 us at 16384^2 (mxfp4 61.5 ->
+    # 57.9, mxfp8 76.9 -> 72.5 at batch 1 with 8192-code steps; with 4096-code steps both
+    # ran 1.8-2x slower, with 16384 mxfp4 1.6x: Triton's code for the main loop changes
+    # with the first loop's tile), while 128-row programs lost with 8192-code steps where
+    # they gained little (mxfp4 batch 16: 77.0 -> 75.5 at 16384^2 but 26.2 -> 49.5 at
+    # 14336 x 4096; batch 64: 326.2 -> 367.5).
     bk_r = bk
-    while (br * (bk_r * 2 // plan.words_per_block) <= _MX_RANGE_TILE and bk_r < 16 * bk
-           and (split is None or steps_per_split % (2 * bk_r // bk) == 0)):
+    while (br <= 64 and br * (bk_r * 2 // plan.words_per_block) <= _MX_RANGE_TILE
+           and bk_r < 16 * bk and (split is None or steps_per_split % (2 * bk_r // bk) == 0)):
       bk_r *= 2
 
     def range_step(s, carry, masked: bool):
