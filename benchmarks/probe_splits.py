@@ -11,9 +11,12 @@ weight copies each, after 10 warm-up calls. Work stops starting new rows after
 PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
 
   PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
-  PROBE_WORK=batches | mx | decode: other work lists (below).
+  PROBE_WORK=batches | mx | decode | mx_shapes: other work lists (below);
+  PROBE_FORMATS=mxfp4,mxfp8 keeps some formats' rows.
 Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
-gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt.
+gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt,
+gemv_pair_decode_h200_20261130.txt and gemv_mx_first_loop_h200_20261130.txt (decode,
+mx_shapes).
 """
 import dataclasses, json, os, sys, time, warnings
 warnings.filterwarnings("ignore")

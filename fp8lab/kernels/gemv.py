@@ -200,20 +200,24 @@ class FormatPlan:
     scale_row_div: rows per scale row (16 for NVFP4's 16x16 tiles, else 1).
     has_tensor_scale: whether a float32 tensor scale multiplies the result.
     native_fp8: decode the main loop's e4m3 / e5m2 codes with fp8 -> float16 converts
-      (unpack.decode_planes_native: inline PTX prmt + cvt.rn.f16x2.e4m3x2 / .e5m2x2,
-      sm_89+ only) instead of the integer float16 route; the planes then hold true values
-      (route 2^0). False for every other element format. The MX exact fallback keeps
-      the integer route. Offline SASS (sm_90, 64x64 words, 4 warps): loop instructions
-      per word 19.5 -> 8.2 (e4m3) and 12.5 -> 8.2 (e5m2) at batch 1.
+      (unpack.decode_planes_native: one inline-PTX cvt.rn.f16x2.e4m3x2 / .e5m2x2 per
+      16-bit half of a word, sm_89+ only; planes in the "native" pair order) instead of the
+      integer float16 route; the planes then hold true values (route 2^0). False for every
+      other element format. The MX exact fallback keeps the integer route. Offline SASS
+      (sm_90, 64x64 words, 4 warps): loop instructions per word 19.5 -> 8.2 (e4m3) and
+      12.5 -> 8.2 (e5m2) at batch 1 with a PRMT pairing code i of two words, 6.1 with the
+      pair order.
     asm_e2m1: decode the main loop's e2m1 codes (nvfp4, mxfp4) with
       unpack.decode_planes_e2m1_asm: the same float16-route bits (route 2^-14 unchanged),
-      as integer inline PTX (prmt, shifts, and, lop3; no fp4 / fp8 converts, any CUDA GPU)
-      whose output register pairs plane i of two adjacent words as the MMA operand wants.
-      format_plan's default is False; gemv_packed sets it when compiling for a CUDA GPU
-      (asm_e2m1_default). False for other element formats. The MX exact fallback keeps the
-      shift-and-mask route. Offline SASS (sm_90, default configs, main loop instructions
-      per word, off -> on): nvfp4 40.9 -> 31.9 (batch 1), 47.3 -> 40.2 (16); mxfp4 41.4 ->
-      32.4 (1), 56.6 -> 47.9 (16). Measured on the H200: see asm_e2m1_default.
+      as integer inline PTX (shifts, and, lop3, prmt; no fp4 / fp8 converts, any CUDA GPU)
+      whose output register holds two codes of one word as the MMA operand pairs them
+      (the "e2m1_asm" pair order). format_plan's default is False; gemv_packed sets it
+      when compiling for a CUDA GPU (asm_e2m1_default). False for other element formats.
+      The MX exact fallback keeps the shift-and-mask route. Offline SASS (sm_90, default
+      configs, main loop instructions per word, off -> on): nvfp4 40.9 -> 31.9 (batch 1),
+      47.3 -> 40.2 (16); mxfp4 41.4 -> 32.4 (1), 56.6 -> 47.9 (16), with the first asm
+      program (12 instructions per word); the pair order's program takes 11 (nvfp4 batch
+      1: 24.4 -> 22.6 per word). Measured on the H200: see asm_e2m1_default.
     native_scale: decode NVFP4's E4M3 block scales with the fp8 -> float16 convert
       (unpack.e4m3_scale_to_f16_native, sm_89+) instead of the integer route; the same
       values. Set by format_plan's native_fp8 for "e4m3" scale kinds.
@@ -266,9 +270,12 @@ def asm_e2m1_default(interpret: bool = False) -> bool:
   """Whether gemv_packed's kernel decodes e2m1 codes with the inline-PTX integer program
   (FormatPlan.asm_e2m1): when compiling for a CUDA GPU (integer instructions only, so any
   compute capability). Interpret mode, and GPUs that take no PTX, use the shift-and-mask
-  route; both give the same bits (the tests run the asm's jnp twin in interpret mode).
-  Measured on the H200 (benchmarks/results/gemv_e2m1_asm_h200_20261130.txt): nvfp4 kernel
-  69.4 -> 61.2 us, mxfp4 79.7 -> 78.1 at 16384^2, batch 1, default configs."""
+  route; both decode to the same float16 patterns, the asm in another plane order (the
+  tests run the asm's jnp twin in interpret mode), so results agree within the GEMV's
+  bound, not bit for bit (the float32 sums run in another order). Measured on the H200
+  (benchmarks/results/gemv_e2m1_asm_h200_20261130.txt): nvfp4 kernel 69.4 -> 61.2 us,
+  mxfp4 79.7 -> 78.1 at 16384^2, batch 1, default configs; the pair order then 51.1 ->
+  48.6 and 65.2 -> 61.7 (gemv_pair_decode_h200_20261130.txt)."""
   return not interpret and _cuda_capability() is not None
 
 

@@ -8,8 +8,9 @@ lowering makes saturate (NUMERICS.md section 9). The one exception:
 default for e4m3 / e5m2 codes; see its docstring). They are
 NOT the golden model (fp8lab/numerics/codec.py); the tests compare the two over every code.
 `decode_planes_e2m1_asm` is the float16 route below for e2m1 codes written as inline PTX
-of integer instructions (prmt / shl / shr / and / lop3), which the GEMV uses when compiled
-for a CUDA GPU (FormatPlan.asm_e2m1).
+of integer instructions (shl / shr / and / lop3 / prmt), which the GEMV uses when compiled
+for a CUDA GPU (FormatPlan.asm_e2m1). The two asm decodes order their planes differently
+from decode_planes_16bit (PAIR_LAYOUTS): each output register pairs two codes of one word.
 
 The float16 route. A minifloat code with e <= 5 exponent bits, m mantissa bits and bias b,
 whose magnitude bits are moved to float16 bits [10 - m, 10 - m + e + m) and whose sign bit
