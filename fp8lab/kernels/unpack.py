@@ -151,7 +151,7 @@ def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
   """The codes of each word as float16 holding their TRUE values (no route factor: 2^0),
   by fp8 -> float16 conversion, in planes ordered as PAIR_LAYOUTS["native"] says: with
   words paired (e, e + 1), e even, plane i holds codes 2n and 2n + 1 (n = i % 2) of word
-  e + i // 2 in its columns e and e + 1 (plane_source). Exact for every code (float16
+  e + i // 2 in its columns e and e + 1 (pair_offsets). Exact for every code (float16
   holds every e4m3 / e5m2 value, subnormals and -0 included); NaN codes give NaN, e5m2
   Inf codes Inf.
 
