@@ -39,7 +39,8 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
     interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel unless
       implementation="reference" is asked for, which is an error.
     fp8_decode: how the kernel decodes e4m3 / e5m2 codes (elements, and NVFP4's E4M3
-      block scales): None (see below), "native" or "integer". Same results either way.
+      block scales): None (see below), "native" or "integer". The same decoded values
+      either way (see below).
 
   Returns:
     (..., n_out) in x's dtype, accumulated in float32 (the kernel's order of operations
@@ -58,9 +59,11 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   "mxfp8_e5m2", and the E4M3 block scales of "nvfp4"): on a GPU of compute capability
   >= 8.9 (Ada, Hopper and later) the kernel uses the GPU's fp8 -> float16 conversion (PTX
   cvt.rn.f16x2.e4m3x2 / .e5m2x2), fewer instructions than the integer decode it uses
-  elsewhere (older GPUs, interpret mode); same results, bit for bit. fp8_decode="integer"
-  / "native" forces either (native: an error on GPUs without it); with fp8_decode=None the
-  environment variable FP8LAB_GEMV_NATIVE_FP8 can do the same ("0" / "1"; read at each
+  elsewhere (older GPUs, interpret mode); the same weight values, bit for bit, but the
+  native planes pair the codes in another order, so the float32 sums may round
+  differently (both within the bound above). fp8_decode="integer" / "native" forces
+  either (native: an error on GPUs without it); with fp8_decode=None the environment
+  variable FP8LAB_GEMV_NATIVE_FP8 can do the same ("0" / "1"; read at each
   call, under jax.jit when the caller is traced). e2m1 codes (mxfp4, nvfp4) always take an
   integer decode, written as inline PTX when compiled for a CUDA GPU.
 

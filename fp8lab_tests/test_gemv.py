@@ -310,7 +310,8 @@ def test_decode_planes_e2m1_asm_every_code_every_position():
   codes = (words[..., None] >> (4 * np.arange(8, dtype=np.uint32))) & 0xF     # (2, 34, 8)
   order = _in_pair_order(codes, "e2m1_asm")                                  # word, plane
   for i in range(8):
-    assert set(order[:, 0::2, i].reshape(-1)) == set(order[:, 1::2, i].reshape(-1)) == set(range(16))
+    even, odd = order[:, 0::2, i].reshape(-1), order[:, 1::2, i].reshape(-1)
+    assert set(even) == set(odd) == set(range(16))
   planes = U.decode_planes_e2m1_asm(jnp.asarray(words), interpret=True)
   assert len(planes) == 8
   assert all(p.dtype == jnp.float16 and p.shape == words.shape for p in planes)

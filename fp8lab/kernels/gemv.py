@@ -21,12 +21,12 @@ into the tensor cores' operand layout (no shuffle through shared memory), and
 with x_i[j, c] = column c of x at the element whose code plane i holds in its column j:
 code i of word j (element per_word * j + i) for the shift-and-mask route; the asm and
 native decodes take the two codes of an MMA register pair from one word, so their planes
-permute codes within each pair of words (unpack.PAIR_LAYOUTS). x is rearranged outside the
-kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded. The N columns hold the batch
-(padded to a power of two, Bp) once per x *part*: float32 x is not a tensor-core operand, so
-it is cut into parts that sum to it exactly and each part is a slot of Bp columns; one dot
-covers all parts and all batch rows, so a batch of 1..Bp costs the same weight traffic and
-nearly the same time. No atomics: each output is reduced by one program in a fixed order
+permute codes within each pair of words (unpack.PAIR_LAYOUTS). x is rearranged outside
+the kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded. The N
+columns hold the batch (padded to a power of two, Bp) once per x *part*: float32 x is not
+a tensor-core operand, so it is cut into parts that sum to it exactly and each part is a
+slot of Bp columns; one dot covers all parts and all batch rows, so a batch of 1..Bp costs
+the same weight traffic and nearly the same time. No atomics: each output is reduced by one program in a fixed order
 or, where K is split (fewer row blocks than SMs, see _k_splits), by one program per split
 whose float32 partials are then added in a fixed order, so results are bitwise
 deterministic.
@@ -68,9 +68,9 @@ gives Inf, not Inf * 0 = NaN. Against the reference, which rounds each dequantiz
 to float32 and sums in jnp.dot's order, this differs in the order of the float32 additions,
 the x split (4u per product) and the place of the single final scale rounding:
 |y - y_exact| <= (k + 7) u sum|w x| + u |y| (u = 2^-24) unless an intermediate overflows or
-underflows (the MX fast path adds one exact power-of-two scaling per row); the tensor cores' float32 accumulation truncates instead of
-rounding, so the tests allow twice the addition term. The float16 x window: where a float16
-lo part falls below float16's normal range (elements under 2^-17 max|x_b|), the 2^-22 |x|
+underflows (the MX fast path adds one exact power-of-two scaling per row); the tensor
+cores' float32 accumulation truncates instead of rounding, so the tests allow twice the
+addition term. The float16 x window: where a float16 lo part falls below float16's normal range (elements under 2^-17 max|x_b|), the 2^-22 |x|
 above becomes an absolute 2^-25 * 2^-s_b, and where hi too is a float16 subnormal both
 parts round: 2^-24 * 2^-s_b = 2^(e_b - 38) (e_b = floor(log2 max|x_b|)), which adds
 2^(e_b - 38) sum_j |w_rj| to the bound; elements under ~2^(e_b - 39) vanish. It matters
@@ -247,7 +247,8 @@ _SCALE_KINDS = {"mxfp8": "e8m0", "mxfp8_e5m2": "e8m0", "mxfp4": "e8m0", "nvfp4":
 # mxfp8_e5m2; NVFP4's E4M3 scales) when its fp8_decode argument is None: "1" the native fp8
 # decode (FormatPlan.native_fp8 / native_scale; sm_89+ GPUs), "0" the integer route; unset:
 # native on a GPU of compute capability >= 8.9 (faster on the H200: BUILD.md), integer in
-# interpret mode and on older GPUs. Read at each gemv_packed call (under jax.jit: when the caller is traced).
+# interpret mode and on older GPUs. Read at each gemv_packed call (under jax.jit: when the
+# caller is traced).
 NATIVE_FP8_ENV = "FP8LAB_GEMV_NATIVE_FP8"
 
 
@@ -396,10 +397,12 @@ def _per_word(t: jax.Array, wpb: int) -> jax.Array:
 
 
 def _decode(words: jax.Array, plan: FormatPlan, interpret: bool) -> list[jax.Array]:
-  """The main loop's float16 (bf16 weights: bfloat16) planes, value * 2^_route_log2(plan)."""
-  if plan.native_fp8:
+  """The main loop's float16 (bf16 weights: bfloat16) planes, value * 2^_route_log2(plan),
+  in the order _pair_layout(plan) names (which _prep_x gives x)."""
+  layout = _pair_layout(plan)
+  if layout == "native":
     return unpack.decode_planes_native(words, plan.elem, interpret=interpret)
-  if plan.asm_e2m1:
+  if layout == "e2m1_asm":
     return unpack.decode_planes_e2m1_asm(words, interpret=interpret)
   return unpack.decode_planes_16bit(words, plan.elem)
 
@@ -798,7 +801,7 @@ def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array]:
 
 
 def _pair_layout(plan: FormatPlan) -> str:
-  """The unpack.PAIR_LAYOUTS order of the main loop's planes (_decode)."""
+  """The unpack.PAIR_LAYOUTS order of the main loop's planes: which decode _decode runs."""
   if plan.native_fp8:
     return "native"
   return "e2m1_asm" if plan.asm_e2m1 else "code"
@@ -819,11 +822,9 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: in
   parts = jnp.pad(parts, ((0, n_slots - parts.shape[0]), (0, bp - n_b),
                           (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
   cols = n_slots * bp
-  digits = unpack.PAIR_LAYOUTS[layout](per_word)
-  names = [n for n, _ in digits]
-  xp = parts.reshape(cols, kw_pad // 2, *[size for _, size in digits])
-  planes = [2 + d for d, n in enumerate(names) if n != "g"]
-  xin = jnp.transpose(xp, (*planes, 1, 2 + names.index("g"), 0))
+  sizes, order = unpack.pair_axes(layout, per_word)
+  xp = parts.reshape(cols, kw_pad // 2, *sizes)            # (N, word pair, digits...)
+  xin = jnp.transpose(xp, (*[2 + d for d in order[:-1]], 1, 2 + order[-1], 0))
   return xin.reshape(per_word, kw_pad, cols), _exp2_exact(fold - jnp.pad(s, (0, bp - n_b)))
 
 

@@ -46,7 +46,7 @@ from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
            "decode_planes_native", "NATIVE_FORMATS", "decode_planes_e2m1_asm",
-           "PAIR_LAYOUTS", "pair_offsets", "pair_planes", "e8m0_scale_to_f32",
+           "PAIR_LAYOUTS", "pair_axes", "pair_offsets", "pair_planes", "e8m0_scale_to_f32",
            "e4m3_scale_to_f16", "e4m3_scale_to_f16_native"]
 
 _U = np.uint32
@@ -217,14 +217,21 @@ PAIR_LAYOUTS = {
 }
 
 
+def pair_axes(layout: str, per_word: int) -> tuple[list[int], tuple[int, ...]]:
+  """For a PAIR_LAYOUTS name: the digit sizes that split a pair of words' 2 * per_word
+  codes, and the order of those digits that puts the plane index first and the column
+  parity g last (a transpose; then a reshape to (per_word, 2))."""
+  digits = PAIR_LAYOUTS[layout](per_word)
+  names = [n for n, _ in digits]
+  planes = [d for d, n in enumerate(names) if n != "g"]
+  return [size for _, size in digits], (*planes, names.index("g"))
+
+
 def pair_offsets(layout: str, per_word: int) -> np.ndarray:
   """(per_word, 2) int array: the offset within a pair of words (code index + per_word *
   word) of plane i's column parity g, for a PAIR_LAYOUTS name."""
-  digits = PAIR_LAYOUTS[layout](per_word)
-  names = [n for n, _ in digits]
-  off = np.arange(2 * per_word).reshape([s for _, s in digits])
-  plane_axes = [d for d, n in enumerate(names) if n != "g"]
-  return np.transpose(off, (*plane_axes, names.index("g"))).reshape(per_word, 2)
+  sizes, order = pair_axes(layout, per_word)
+  return np.transpose(np.arange(2 * per_word).reshape(sizes), order).reshape(per_word, 2)
 
 
 def pair_planes(code_planes: list[jax.Array], layout: str) -> list[jax.Array]:
@@ -322,8 +329,8 @@ def decode_planes_e2m1_asm(words: jax.Array, *, interpret: bool = False) -> list
   The same float16 bits (value * 2^-14, -0 for code 8) as the shift-and-mask route, in
   another order: with words paired (e, e + 1), e even, plane i holds codes n and n + 4
   (n = i % 4) of word e + i // 4 in its columns e and e + 1 (PAIR_LAYOUTS["e2m1_asm"]),
-  where decode_planes_16bit's plane i holds code i of words e and e + 1. A GEMV that uses these
-  planes orders x's elements the same way. Each plane is one asm call per two words
+  where decode_planes_16bit's plane i holds code i of words e and e + 1. A GEMV that uses
+  these planes orders x's elements the same way. Each plane is one asm call per two words
   (pack=2) whose output register already holds the two float16 the MMA operand pairs, and
   both come from one word, so no bytes are interleaved; _e2m1_plane_ops has the
   instructions (11 per word once ptxas merges the repeats). No fp4 / fp8 conversion, so
