@@ -11,17 +11,18 @@ weight copies each, after 10 warm-up calls. Work stops starting new rows after
 PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
 
   PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
-  PROBE_WORK=batches | mx | decode | mx_shapes: other work lists (below);
+  PROBE_WORK=batches | mx | decode | mx_shapes | sparse | wide: other work lists (below);
   PROBE_FORMATS=mxfp4,mxfp8 keeps some formats' rows.
 Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
 gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt,
 gemv_pair_decode_h200_20261130.txt and gemv_mx_first_loop_h200_20261130.txt (decode,
-mx_shapes).
+mx_shapes), gemv_mx_sparse_h200_20261130.txt (sparse), gemv_wide_h200_20261130.txt (wide).
 """
 import dataclasses, json, os, sys, time, warnings
 warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
 import jax
+import jax.numpy as jnp
 from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G
 
@@ -90,10 +91,50 @@ if os.environ.get("PROBE_WORK") == "mx_shapes":
   WORK = [(f, n, k, b, dflt(f, b)) for n, k in ((14336, 4096), (4096, 14336))
           for b in (16, 1) for f in ("mxfp4", "mxfp8")]
   WORK += [(f, S, S, 64, dflt(f, 64)) for f in ("mxfp4", "mxfp8")]
+# PROBE_WORK=sparse: MX default configs at 16384^2 on dense weights and on weights with
+# all-zero blocks (words 0, scale code 0, as the quantizer writes them): "r1/64" / "r1/4"
+# zero each block with that probability, "t1/64" zeroes the last 1/64 of every row (K
+# padded with zeros). Such blocks are "far" in the kernel's fast path, so their programs
+# look at their words again for nonzero codes (the 6th entry: the pattern).
+if os.environ.get("PROBE_WORK") == "sparse":
+  dflt = lambda f, b: [(*dataclasses.astuple(G.gemv_config(f, b))[:4], 0)]
+  WORK = [(f, S, S, b, dflt(f, b), pat) for b in (1, 16) for f in ("mxfp4", "mxfp8")
+          for pat in ("", "r1/64", "r1/4", "t1/64")]
+# PROBE_WORK=wide: 8-warp programs of 128 rows x 64 words (and neighbours) for batches 1
+# and 4, after mxfp4 batch 1 ran 53.3 us with (128, 64, 8, 3) against 58.4 with its default
+# (gemv_mx_sparse_h200_20261130.txt); the default config comes first.
+if os.environ.get("PROBE_WORK") == "wide":
+  W8 = (128, 64, 8, 3, 0)
+  WORK = [("mxfp4", S, S, 1, [(64, 64, 4, 3, 0), W8, (128, 64, 8, 4, 0), (256, 32, 8, 3, 0)]),
+          ("nvfp4", S, S, 1, [(128, 32, 4, 3, 0), W8, (256, 32, 8, 3, 0), (128, 32, 8, 3, 0)]),
+          ("mxfp8", S, S, 1, [(64, 64, 4, 3, 0), W8, (128, 32, 8, 3, 0)]),
+          ("e4m3", S, S, 1, [(64, 64, 4, 3, 0), W8]),
+          ("nvfp4_2d", S, S, 1, [(128, 32, 4, 3, 0), W8]),
+          ("mxfp4", S, S, 4, [(64, 64, 4, 3, 0), W8]),
+          ("nvfp4", S, S, 4, [(128, 32, 4, 3, 0), W8])]
+  WORK += [(f, n, k, 1, [(*dataclasses.astuple(G.gemv_config(f, 1))[:4], 0), W8])
+           for n, k in ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "nvfp4")]
 # PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
 if os.environ.get("PROBE_FORMATS"):
   WORK = [w for w in WORK if w[0] in os.environ["PROBE_FORMATS"].split(",")]
 rows = []
+
+
+def sparsify(args, plan, pattern: str):
+  """Zeroes (row, block)s of every copy's weights, words and scale code (the quantizer's
+  all-zero block): pattern "rF" each with probability F, "tF" the last fraction F of each
+  row's blocks."""
+  kind, num, den = pattern[0], *map(int, pattern[1:].split("/"))
+  out = []
+  for i, (w, s, t, x) in enumerate(args):
+    if kind == "r":
+      zero = jax.random.uniform(jax.random.key(1000 + i), s.shape) < num / den
+    else:
+      zero = jnp.broadcast_to(jnp.arange(s.shape[1]) >= s.shape[1] * (den - num) // den,
+                              s.shape)
+    wz = jnp.repeat(zero, plan.words_per_block, axis=1)[:, :w.shape[1]]
+    out.append((jnp.where(wz, jnp.uint32(0), w), jnp.where(zero, jnp.uint8(0), s), t, x))
+  return out
 
 
 def save():
@@ -107,12 +148,15 @@ def save():
 
 
 print("device", jax.devices()[0].device_kind, "jax", jax.__version__, "copies", R, flush=True)
-for name, n, k, b, cands in WORK:
+for name, n, k, b, cands, *sparse in WORK:
   if time.time() - T0 > BUDGET_S:
     print("budget spent: stopping", flush=True)
     break
   args = probe_args(name, n, k, b, R)
   plan = plan_of(name, native_fp8=G.native_fp8_requested(), asm_e2m1=G.asm_e2m1_default())
+  pattern = sparse[0] if sparse else ""
+  if pattern:
+    args = sparsify(args, plan, pattern)
   for c in cands:
     if time.time() - T0 > BUDGET_S:
       break
@@ -122,7 +166,10 @@ for name, n, k, b, cands in WORK:
     except Exception as e:                       # a config that does not compile: say so
       print(f"{name} {n}x{k} B{b} {c} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
       continue
-    rows.append(dict(format=name, n=n, k=k, batch=b, config=c, kernel_us=kern, op_us=op))
+    rows.append(dict(format=name, n=n, k=k, batch=b, config=c, kernel_us=kern, op_us=op,
+                     zero_blocks=pattern or None))
     save()
-    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):22s} kernel {kern:7.1f}  op {op:7.1f}", flush=True)
+    zb = f" zero blocks {pattern or 'none'}" if sparse else ""
+    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):22s} kernel {kern:7.1f}  op {op:7.1f}{zb}",
+          flush=True)
 print(f"done in {time.time() - T0:.0f} s", flush=True)

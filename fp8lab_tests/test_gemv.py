@@ -557,13 +557,18 @@ def test_mx_far_blocks_take_the_fallback_only_with_nonzero_codes(name):
   assert (y_near != exact).any(), "fast path exact here: the test cannot see the fallback"
   # (C) in a row whose fast-path result is inexact: the fallback recomputes its programs.
   # Every zero block of the row but the first gets a nonzero code, so that each program
-  # along K (the kernel may split K) holds one.
-  r = next(r for r in np.flatnonzero((y_near != exact).any(axis=0)) if zero[r, 1:].any())
-  vals_c = vals.copy()
-  vals_c[r, 32 * (1 + np.flatnonzero(zero[r, 1:]))] = 2.0   # nonzero codes in far blocks
-  y_c = np.asarray(_gemv(weight(vals_c, np.where(zero, 0, near)), jnp.asarray(xv)))
-  deq_c = vals_c * np.repeat(np.where(zero, 2.0**-127, 1.0), 32, axis=1)[:, :k]
-  np.testing.assert_array_equal(y_c[:, r], (xv.astype(np.float64) @ deq_c[r]).astype(np.float32))
+  # along K (the kernel may split K) holds one: its first element, then its last (the
+  # far-block check loads a block's words together: each must count), in full blocks.
+  full = k // 32
+  r = next(r for r in np.flatnonzero((y_near != exact).any(axis=0)) if zero[r, 1:full].any())
+  for offset in (0, 31):
+    vals_c = vals.copy()
+    js = 1 + np.flatnonzero(zero[r, 1:full if offset else None])
+    vals_c[r, 32 * js + offset] = 2.0                   # nonzero codes in far blocks
+    y_c = np.asarray(_gemv(weight(vals_c, np.where(zero, 0, near)), jnp.asarray(xv)))
+    deq_c = vals_c * np.repeat(np.where(zero, 2.0**-127, 1.0), 32, axis=1)[:, :k]
+    np.testing.assert_array_equal(y_c[:, r],
+                                  (xv.astype(np.float64) @ deq_c[r]).astype(np.float32))
   # (D) "far" is relative to the row's largest scale: row r's only code-0 blocks are 4
   # adjacent ones (all of a short K step, where a per-step maximum would not call them
   # far), one of them holding a nonzero code.

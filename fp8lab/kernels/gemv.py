@@ -51,9 +51,9 @@ Operands (every product is exact in float32; jnp.dot accumulates in float32):
     A block further below m ("far") gets factor 0; if it holds a nonzero code, or a scale is
     the E8M0 NaN code, the program recomputes its rows in an exact fallback loop. (The
     first loop also finds each row's smallest scale code, which tells whether a row has far
-    blocks; a program that has one reads its words again to look for a nonzero code there.
-    All-zero blocks, scale code 0, are far: sparse rows pay that second pass, not the
-    fallback.)
+    blocks; a program that has one loads the words of its far blocks again, alone, to look
+    for a nonzero code there. All-zero blocks, scale code 0, are far: sparse rows pay that
+    second pass, not the fallback.)
   * MX fallback: float32 code * 2^(scale - 127) (exact), converted to bfloat16 (exact:
     <= 4 significant bits; values below 2^-133, only with scale codes < ~10, may lose bits).
     bf16 weights use the same operand: bfloat16 planes as stored. x as bfloat16 parts cut by
@@ -611,15 +611,29 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       return epilogue(_combine_slots(acc_e, n_slots_exact), fe_ref[...])
 
     # Far blocks (rare; all-zero blocks get scale code 0, so sparse rows have them): a
-    # second pass over this program's words decides whether one holds a nonzero code.
+    # second pass decides whether one holds a nonzero code. It loads the words of far
+    # blocks alone, as (rows, blocks, words of a block) tiles whose mask is constant along
+    # the last axis, so each block's words are one masked vector load and the other words
+    # cost no memory traffic. Measured on the H200 at 16384^2, batch 1, kernel us (benchmarks/
+    # results/gemv_mx_sparse_h200_20261130.txt), dense / 1/64 of the blocks zero at random /
+    # 1/4 / the last 1/64 of K zero: mxfp4 58.1 / 92.0 / 106.8 / 71.4, mxfp8 72.5 / 121.0 /
+    # 137.4 / 92.4; a full second read of the words gave 94.5 / 94.4 / 94.8 and 144.4 /
+    # 144.8 / 144.1 (the pass is bound by its loads' latency, not by bytes: one at a time).
+    wpb, g = plan.words_per_block, bk // plan.words_per_block
+    blk_off = (row_off[:, :, None] + lax.iota(jnp.int32, wpb)[None, None, :])
+
     def check_step(s, bad, masked: bool):
-      words, codes = load(s, masked)
-      _, far = _mx_factors(codes, plan.elem, _route_log2(plan), m_row)
-      return bad | jnp.where(_per_word(far, plan.words_per_block), words, _U(0))
+      _, far = _mx_factors(load(s, masked, words=False)[1], plan.elem, _route_log2(plan),
+                           m_row)
+      col0 = (s * g + lax.iota(jnp.int32, g))[None, :, None] * wpb     # first word of a block
+      mask = jnp.broadcast_to(far[:, :, None], (br, g, wpb))
+      if masked:
+        mask = mask & (col0 + lax.iota(jnp.int32, wpb)[None, None, :] < kw)
+      return bad | plgpu.load(w_ref.at[blk_off + col0], mask=mask, other=0)
 
     def far_codes():
-      bad = k_loop(check_step, jnp.zeros((br, bk), jnp.uint32))
-      return jnp.max(jnp.max(bad, axis=1)) != _U(0)
+      bad = k_loop(check_step, jnp.zeros((br, g, wpb), jnp.uint32))
+      return jnp.max(jnp.max(jnp.max(bad, axis=2), axis=1)) != _U(0)
 
     any_far = jnp.max((lo_row < m_row - _MX_SPREAD[plan.elem.name]).astype(jnp.int32)) > 0
     need = (lax.cond(any_far, far_codes, lambda: any_far)      # any_far: False there
