@@ -39,4 +39,4 @@ for name in FORMATS:
                                       config=CONFIG))
   for _ in range(3):                      # ncu -c / the kernel filter pick the launches
     jax.block_until_ready(f(words, scales, ts, x))
-  print(name, "plan", plan, "config", CONFIG or G.gemv_config(plan.format, B), flush=True)
+  print(name, "plan", plan, "config", CONFIG or G.gemv_config(plan.format, B, N), flush=True)

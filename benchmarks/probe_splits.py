@@ -76,7 +76,8 @@ if os.environ.get("PROBE_WORK") == "mx":
 # trees to compare decodes), and PROBE_ALTS=1 adds other configs for the formats whose
 # decode changed (the pair orders of unpack.PAIR_LAYOUTS).
 if os.environ.get("PROBE_WORK") == "decode":
-  WORK = [(f, S, S, b, [(*dataclasses.astuple(G.gemv_config(f.replace("_2d", ""), b))[:4], 0)])
+  WORK = [(f, S, S, b, [(*dataclasses.astuple(G.gemv_config(f.replace("_2d", ""), b, S))[:4],
+                         0)])
           for b in (1, 16) for f in ("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d")]
   if os.environ.get("PROBE_ALTS") == "1":
     WORK += [("nvfp4", S, S, 1, [(256, 16, 4, 3, 0), (128, 16, 4, 3, 0), (128, 32, 4, 4, 0),
@@ -87,22 +88,22 @@ if os.environ.get("PROBE_WORK") == "decode":
              ("mxfp8", S, S, 16, [(128, 32, 4, 3, 0)])]
 # PROBE_WORK=mx_shapes: MX default configs at the LLM shapes (batches 1, 16) and 16384^2 batch 64.
 if os.environ.get("PROBE_WORK") == "mx_shapes":
-  dflt = lambda f, b: [(*dataclasses.astuple(G.gemv_config(f, b))[:4], 0)]
-  WORK = [(f, n, k, b, dflt(f, b)) for n, k in ((14336, 4096), (4096, 14336))
+  dflt = lambda f, b, n: [(*dataclasses.astuple(G.gemv_config(f, b, n))[:4], 0)]
+  WORK = [(f, n, k, b, dflt(f, b, n)) for n, k in ((14336, 4096), (4096, 14336))
           for b in (16, 1) for f in ("mxfp4", "mxfp8")]
-  WORK += [(f, S, S, 64, dflt(f, 64)) for f in ("mxfp4", "mxfp8")]
+  WORK += [(f, S, S, 64, dflt(f, 64, S)) for f in ("mxfp4", "mxfp8")]
 # PROBE_WORK=sparse: MX default configs at 16384^2 on dense weights and on weights with
 # all-zero blocks (words 0, scale code 0, as the quantizer writes them): "r1/64" / "r1/4"
 # zero each block with that probability, "t1/64" zeroes the last 1/64 of every row (K
 # padded with zeros). Such blocks are "far" in the kernel's fast path, so their programs
 # look at their words again for nonzero codes (the 6th entry: the pattern).
 if os.environ.get("PROBE_WORK") == "sparse":
-  dflt = lambda f, b: [(*dataclasses.astuple(G.gemv_config(f, b))[:4], 0)]
+  dflt = lambda f, b: [(*dataclasses.astuple(G.gemv_config(f, b, S))[:4], 0)]
   WORK = [(f, S, S, b, dflt(f, b), pat) for b in (1, 16) for f in ("mxfp4", "mxfp8")
           for pat in ("", "r1/64", "r1/4", "t1/64")]
 # PROBE_WORK=wide: 8-warp programs of 128 rows x 64 words (and neighbours) for batches 1
 # and 4, after mxfp4 batch 1 ran 53.3 us with (128, 64, 8, 3) against 58.4 with its default
-# (gemv_mx_sparse_h200_20261130.txt); the default config comes first.
+# (gemv_mx_sparse_h200_20261130.txt); the DEFAULT_CONFIGS entry comes first.
 if os.environ.get("PROBE_WORK") == "wide":
   W8 = (128, 64, 8, 3, 0)
   WORK = [("mxfp4", S, S, 1, [(64, 64, 4, 3, 0), W8, (128, 64, 8, 4, 0), (256, 32, 8, 3, 0)]),
@@ -112,7 +113,7 @@ if os.environ.get("PROBE_WORK") == "wide":
           ("nvfp4_2d", S, S, 1, [(128, 32, 4, 3, 0), W8]),
           ("mxfp4", S, S, 4, [(64, 64, 4, 3, 0), W8]),
           ("nvfp4", S, S, 4, [(128, 32, 4, 3, 0), W8])]
-  WORK += [(f, n, k, 1, [(*dataclasses.astuple(G.gemv_config(f, 1))[:4], 0), W8])
+  WORK += [(f, n, k, 1, [(*dataclasses.astuple(G.gemv_config(f, 1, n))[:4], 0), W8])
            for n, k in ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "nvfp4")]
 # PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
 if os.environ.get("PROBE_FORMATS"):

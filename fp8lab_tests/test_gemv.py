@@ -947,6 +947,30 @@ def test_default_configs_are_data_for_every_format():
     for batch in (1, 2, 4, 5, 16, 64, 1000):
       cfg = G.gemv_config(fmt, batch)
       assert isinstance(cfg, G.GemvConfig)
+      assert G.gemv_config(fmt, batch, G.TALL_ROWS - 1) == cfg       # short: the table
+      tall = G.TALL_CONFIGS.get(fmt, {})
+      bucket = next((b for b in sorted(tall) if b >= batch), None)
+      want = cfg if bucket is None else G.GemvConfig(**tall[bucket])
+      assert G.gemv_config(fmt, batch, G.TALL_ROWS) == want
+
+
+@pytest.mark.parametrize("name,batch", [(f, b) for f, t in G.TALL_CONFIGS.items()
+                                        for b in sorted(t)])
+def test_tall_configs_give_the_exact_sums(name, batch):
+  """Each TALL_CONFIGS entry (taken for n_out >= TALL_ROWS, too large for a test) at the
+  test shape, with the decodes gemv_packed would choose, on small integers: every sum is
+  exact, so the result must be the float64 product."""
+  rng = np.random.default_rng(hash((name, batch)) % 2**32)
+  n, k = SHAPE
+  w, deq = _integer_weight(name, n, k, rng)
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None,
+                       native_fp8=G.native_fp8_requested(INTERPRET),
+                       asm_e2m1=G.asm_e2m1_default(INTERPRET))
+  xv = rng.integers(-3, 4, (batch, k)).astype(np.float32)
+  y = G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv), plan=plan, n_out=n,
+                    k=k, config=G.GemvConfig(**G.TALL_CONFIGS[name][batch]),
+                    interpret=INTERPRET)
+  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
 
 
 # ------------------------------------------------------------------ what the kernel compiles to

@@ -101,7 +101,8 @@ import numpy as np
 from fp8lab.formats import ElementFormat, get_format
 from fp8lab.kernels import unpack
 
-__all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "gemv_config", "format_plan",
+__all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "TALL_CONFIGS", "TALL_ROWS",
+           "gemv_config", "format_plan",
            "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts",
            "NATIVE_FP8_ENV", "FP8_DECODES", "native_fp8_requested", "asm_e2m1_default"]
 
@@ -177,15 +178,35 @@ DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
 }
 
 
-def gemv_config(format: str, batch: int) -> GemvConfig:
-  """The tuned launch configuration for a weight format and a number of x rows."""
+# Tall weights (n_out >= TALL_ROWS) may take other configurations, per format and batch
+# bucket (buckets as above; a batch above the largest bucket takes DEFAULT_CONFIGS). mxfp4 up
+# to batch 4: 128 rows x 64 words, 8 warps, kernel 53.1 us vs 58.5 for 64 x 64 w4 at 16384^2
+# (batch 4: 53.6 vs 58.6), but 18.3 vs 16.5 at 4096 x 14336 and 17.3 vs 17.0 at 14336 x 4096,
+# where fewer row blocks need more K splits; nvfp4, mxfp8, e4m3 gained nothing from it
+# (benchmarks/results/gemv_wide_h200_20261130.txt).
+TALL_ROWS = 16384
+TALL_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
+    "mxfp4": {4: _cfg(128, 64, 8, 3)},
+}
+
+
+def gemv_config(format: str, batch: int, n_out: int | None = None) -> GemvConfig:
+  """The tuned launch configuration for a weight format, a number of x rows and (if
+  given) the weight's rows: TALL_CONFIGS for n_out >= TALL_ROWS where it has the batch,
+  else DEFAULT_CONFIGS."""
   if format not in DEFAULT_CONFIGS:
     raise ValueError(f"no GEMV configuration for format {format!r}; "
                      f"known: {', '.join(DEFAULT_CONFIGS)}")
+
+  def bucket(table):
+    return next((b for b in sorted(table) if b >= batch), None)
+
+  tall = TALL_CONFIGS.get(format, {}) if n_out is not None and n_out >= TALL_ROWS else {}
+  if bucket(tall) is not None:
+    return GemvConfig(**tall[bucket(tall)])
   table = DEFAULT_CONFIGS[format]
-  buckets = sorted(table)
-  key = next((b for b in buckets if b >= batch), buckets[-1])
-  return GemvConfig(**table[key])
+  key = bucket(table)
+  return GemvConfig(**table[max(table) if key is None else key])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -850,7 +871,7 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   del k   # implied by data's shape and x's
   n_b = x.shape[0]
   kw = data.shape[1]
-  cfg = config if config is not None else gemv_config(plan.format, n_b)
+  cfg = config if config is not None else gemv_config(plan.format, n_b, n_out)
   cfg = _effective_config(cfg, plan, n_out, kw)
   if n_out * kw >= 2**31 or n_b * n_out >= 2**31:
     raise ValueError("W or y has more than 2^31 elements; the kernel uses int32 offsets")
