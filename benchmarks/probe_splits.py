@@ -12,6 +12,7 @@ PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
 
   PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
   PROBE_WORK=batches | mx | decode | mx_shapes | sparse | wide: other work lists (below);
+  PROBE_CUSTOM: a work list of your own (below);
   PROBE_FORMATS=mxfp4,mxfp8 keeps some formats' rows.
 Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
 gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt,
@@ -115,6 +116,15 @@ if os.environ.get("PROBE_WORK") == "wide":
           ("nvfp4", S, S, 4, [(128, 32, 4, 3, 0), W8])]
   WORK += [(f, n, k, 1, [(*dataclasses.astuple(G.gemv_config(f, 1, n))[:4], 0), W8])
            for n, k in ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "nvfp4")]
+# PROBE_CUSTOM="mxfp4 16384 16384 1 128,64,8,2 256,64,8,3; nvfp4 ..." replaces the work list:
+# rows of format, n_out, k, batch and configs (block_rows, block_k, num_warps, num_stages[,
+# k_splits]), separated by ";".
+if os.environ.get("PROBE_CUSTOM"):
+  WORK = []
+  for row in filter(str.strip, os.environ["PROBE_CUSTOM"].split(";")):
+    f, n, k, b, *cfgs = row.split()
+    WORK.append((f, int(n), int(k), int(b),
+                 [tuple(map(int, (c + ",0").split(",")[:5])) for c in cfgs]))
 # PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
 if os.environ.get("PROBE_FORMATS"):
   WORK = [w for w in WORK if w[0] in os.environ["PROBE_FORMATS"].split(",")]
