@@ -474,8 +474,8 @@ def _combine_slots(acc: jax.Array, n_slots: int) -> jax.Array:
 
 
 def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, nbk: int,
-                 n_b: int, n_slots: int, bp: int, n_slots_exact: int, n_splits: int,
-                 steps_per_split: int, interpret: bool):
+                 n_b: int, n_slots: int, bp: int, n_slots_exact: int, x_scaled: bool,
+                 n_splits: int, steps_per_split: int, interpret: bool):
   """Kernel body; see the module docstring for the arithmetic. `interpret`: Pallas
   interpret mode (the native fp8 and asm e2m1 decodes then use their jnp twins instead of
   inline PTX)."""
@@ -484,9 +484,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   w_ref = next(it)
   s_ref = next(it) if plan.scale_kind else None
   x_ref = next(it)
-  f_ref = next(it)
+  a_ref = next(it) if x_scaled else None
   xe_ref = next(it) if mx else None
-  fe_ref = next(it) if mx else None
   ts_ref = next(it) if plan.has_tensor_scale else None
   o_ref = next(it)
 
@@ -615,7 +614,16 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # The dots carry 2^(c - m); 2^(m - 127) per row makes them 2^(c - 127) (exact unless
     # the product leaves float32's range, where the reference's weights do too).
     acc = acc * _exp2_exact(m_row - 127)[:, None]
-  y = epilogue(_combine_slots(acc, n_slots), f_ref[...])
+  b = lax.iota(jnp.int32, bp)
+
+  def col_factors(fold: int, scaled: bool):
+    """2^(fold - s_b) per column b (_x_shift of x row b's maximum; s_b = 0 unscaled)."""
+    if not scaled:
+      return _exp2_exact(jnp.full((bp,), fold, jnp.int32))
+    a = plgpu.load(a_ref.at[jnp.minimum(b, n_b - 1)], mask=b < n_b, other=0.0)
+    return _exp2_exact(fold - _x_shift(a))        # columns b >= n_b are not stored
+
+  y = epilogue(_combine_slots(acc, n_slots), col_factors(_fold_log2(plan), x_scaled))
 
   if mx:
     # Exact fallback (rare: scales more than _MX_SPREAD binades apart within a row of the
@@ -629,7 +637,9 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
     def exact():
       acc_e = k_loop(exact_step, jnp.zeros((br, n_slots_exact * bp), jnp.float32), bk_e)
-      return epilogue(_combine_slots(acc_e, n_slots_exact), fe_ref[...])
+      # bfloat16 parts (never scaled); the fold undoes the integer route of the planes
+      return epilogue(_combine_slots(acc_e, n_slots_exact),
+                      col_factors(-unpack.f16_route_log2(plan.elem), False))
 
     # Far blocks (rare; all-zero blocks get scale code 0, so sparse rows have them): a
     # second pass decides whether one holds a nonzero code. It loads the words of far
@@ -662,7 +672,6 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
             | (jnp.max(m_row) == 255))                          # an E8M0 NaN scale
     y = lax.cond(need, exact, lambda: y)
 
-  b = lax.iota(jnp.int32, bp)
   ok = (b[None, :] < n_b) & (out_rows[:, None] < n_out)
   # Masked-off lanes point past the end of y: on the GPU they store nothing; in interpret
   # mode a masked store rewrites every offset it is given, so no masked-off offset may
@@ -686,12 +695,17 @@ def _exp2_exact(n: jax.Array) -> jax.Array:
   return jnp.where(n >= -126, normal, sub)
 
 
-def _row_exponents(x: jax.Array) -> jax.Array:
-  """floor(log2(max finite |x|)) per row of (rows, k) float32, from the exponent field
-  (subnormal maxima count as -127; an all-zero or non-finite row gives 0)."""
-  a = jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0), axis=-1)
+def _row_max(x: jax.Array) -> jax.Array:
+  """The largest finite |x| per row of (rows, k) float32 (0 for a row without one)."""
+  return jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0), axis=-1)
+
+
+def _x_shift(a: jax.Array) -> jax.Array:
+  """s = _F16_X_EXP - floor(log2(a)) for row maxima a (_row_max), from the exponent field
+  (subnormal maxima count as -127; a = 0 gives e = 0): x * 2^s has its largest |x| in
+  [2^14, 2^15). Used by _x_parts and, on the same a, by the kernel's epilogue."""
   e = (lax.bitcast_convert_type(a, jnp.uint32) >> _U(23)).astype(jnp.int32) - 127
-  return jnp.where(a > 0, e, 0)
+  return _F16_X_EXP - jnp.where(a > 0, e, 0)
 
 
 def _scale_pow2(x: jax.Array, s: jax.Array) -> jax.Array:
@@ -822,18 +836,17 @@ def _n_slots(xdt, operand) -> int:
   return 1 if jnp.dtype(xdt) == jnp.float16 else 2
 
 
-def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array]:
-  """x (B, k) -> its exact parts (P, B, k) as `operand` (float16 / bfloat16), and per-row
-  exponents s (x was multiplied by 2^s before the split; 0 where it was not scaled)."""
-  n_b = x.shape[0]
+def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array | None]:
+  """x (B, k) -> its exact parts (P, B, k) as `operand` (float16 / bfloat16), and the row
+  maxima a (_row_max) if x was multiplied by 2^_x_shift(a) per row before the split (None
+  where it was not scaled)."""
   x32 = x.astype(jnp.float32)
-  zero = jnp.zeros((n_b,), jnp.int32)
   if operand == jnp.bfloat16:
-    return split_bf16_parts(x32, _BF16_PARTS[jnp.dtype(x.dtype)]), zero
+    return split_bf16_parts(x32, _BF16_PARTS[jnp.dtype(x.dtype)]), None
   if jnp.dtype(x.dtype) == jnp.float16:
-    return x[None], zero                                   # exact, one part
-  s = _F16_X_EXP - _row_exponents(x32)
-  return split_f16_parts(_scale_pow2(x32, s)), s
+    return x[None], None                                   # exact, one part
+  a = _row_max(x32)
+  return split_f16_parts(_scale_pow2(x32, _x_shift(a))), a
 
 
 def _pair_layout(plan: FormatPlan) -> str:
@@ -843,17 +856,18 @@ def _pair_layout(plan: FormatPlan) -> str:
   return "e2m1_asm" if plan.asm_e2m1 else "code"
 
 
-def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: int,
+def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
             layout: str = "code"):
-  """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the per-column factor
-  2^(fold - s_b) (bp,).
+  """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the row maxima a of
+  _x_parts (None if x was not scaled), from which the kernel's epilogue takes the
+  per-column factor 2^(fold - s_b) (_col_factors): computed there, it costs no XLA kernel.
 
   Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); row j of plane
   i's slice holds the element whose code plane i's column j holds (unpack.PAIR_LAYOUTS
   `layout`; "code": element per_word * j + i). Slots are a power of two (a float32 x's 3
   bfloat16 parts get a zero 4th)."""
   n_b, k = x.shape
-  parts, s = _x_parts(x, operand)
+  parts, a = _x_parts(x, operand)
   n_slots = _n_slots(x.dtype, operand)
   parts = jnp.pad(parts, ((0, n_slots - parts.shape[0]), (0, bp - n_b),
                           (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
@@ -861,7 +875,7 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, fold: int, bp: in
   sizes, order = unpack.pair_axes(layout, per_word)
   xp = parts.reshape(cols, kw_pad // 2, *sizes)            # (N, word pair, digits...)
   xin = jnp.transpose(xp, (*[2 + d for d in order[:-1]], 1, 2 + order[-1], 0))
-  return xin.reshape(per_word, kw_pad, cols), _exp2_exact(fold - jnp.pad(s, (0, bp - n_b)))
+  return xin.reshape(per_word, kw_pad, cols), a
 
 
 def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
@@ -891,10 +905,10 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if plan.scale_kind:
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
-  operands += list(_prep_x(x, pw, kw_pad, operand, _fold_log2(plan), bp, _pair_layout(plan)))
-  if mx:    # the exact fallback's operands: bfloat16 parts, undoing the route at the end
-    operands += list(_prep_x(x, pw, kw_pad, jnp.bfloat16, -unpack.f16_route_log2(plan.elem),
-                             bp))
+  xin, x_max = _prep_x(x, pw, kw_pad, operand, bp, _pair_layout(plan))
+  operands += [xin] + ([] if x_max is None else [x_max])
+  if mx:    # the exact fallback's operands: bfloat16 parts (never scaled)
+    operands.append(_prep_x(x, pw, kw_pad, jnp.bfloat16, bp)[0])
   if plan.has_tensor_scale:
     operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
 
@@ -904,6 +918,7 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   steps_per_split = pl.cdiv(n_steps, n_splits)
   kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
                              n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact,
+                             x_scaled=x_max is not None,
                              n_splits=n_splits, steps_per_split=steps_per_split,
                              interpret=interpret)
   call = pl.pallas_call(
