@@ -860,7 +860,8 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
             layout: str = "code"):
   """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the row maxima a of
   _x_parts (None if x was not scaled), from which the kernel's epilogue takes the
-  per-column factor 2^(fold - s_b) (_col_factors): computed there, it costs no XLA kernel.
+  per-column factor 2^(fold - s_b) (col_factors in _gemv_kernel): computed there, it costs no
+  XLA kernel.
 
   Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); row j of plane
   i's slice holds the element whose code plane i's column j holds (unpack.PAIR_LAYOUTS
