@@ -647,7 +647,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # the last axis, so each block's words are one masked vector load and the other words
     # cost no memory traffic. Measured on the H200 at 16384^2, batch 1, kernel us (benchmarks/
     # results/gemv_mx_sparse_h200_20261130.txt), dense / 1/64 of the blocks zero at random /
-    # 1/4 / the last 1/64 of K zero: mxfp4 (64 x 64 words) 58.1 / 92.0 / 106.8 / 71.4, mxfp8
+    # 1/4 / the last 1/64 of K zero: mxfp4 (64 x 64 words) 58.7 / 92.0 / 106.8 / 71.4, mxfp8
     # 72.5 / 121.0 / 137.4 / 92.4; a full second read of the words gave 94.5 / 94.4 / 94.8
     # and 144.4 / 144.8 / 144.1 (the pass is bound by its loads' latency, not by bytes: one
     # at a time). mxfp4 with TALL_CONFIGS' 128 x 64: 52.8 / 72.5 / 87.3 / 63.8.
