@@ -202,8 +202,9 @@ def gemv_config(format: str, batch: int, n_out: int | None = None) -> GemvConfig
     return next((b for b in sorted(table) if b >= batch), None)
 
   tall = TALL_CONFIGS.get(format, {}) if n_out is not None and n_out >= TALL_ROWS else {}
-  if bucket(tall) is not None:
-    return GemvConfig(**tall[bucket(tall)])
+  key = bucket(tall)
+  if key is not None:
+    return GemvConfig(**tall[key])
   table = DEFAULT_CONFIGS[format]
   key = bucket(table)
   return GemvConfig(**table[max(table) if key is None else key])
@@ -501,6 +502,11 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   row_off = (rows * kw)[:, None]
   srow_off = ((rows // plan.scale_row_div) * nbk)[:, None]
 
+  def groups(s, bk=bk):
+    """The indices of K step s's bk / wpb scale groups along the row (>= nbk past it)."""
+    n_groups = bk // plan.words_per_block
+    return s * n_groups + lax.iota(jnp.int32, n_groups)
+
   def load(s, masked: bool, bk=bk, words: bool = True):
     """The (rows, bk) word tile (None if not `words`) and (rows, bk / wpb) scale codes of K
     step s."""
@@ -515,8 +521,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       words = w_ref[offs]
     codes = None
     if plan.scale_kind:
-      n_groups = bk // plan.words_per_block
-      gcols = s * n_groups + lax.iota(jnp.int32, n_groups)
+      gcols = groups(s, bk)
       soffs = srow_off + gcols[None, :]
       if masked:
         codes = plgpu.load(s_ref.at[soffs],
@@ -558,10 +563,6 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       carry = lax.cond(mine, lambda c: step(n_full, c, True), lambda c: c, carry)
     return carry
 
-  def _valid_groups(s, bk=bk):
-    n_groups = bk // plan.words_per_block
-    return s * n_groups + lax.iota(jnp.int32, n_groups) < nbk
-
   if mx:
     # The MX fast path scales every block by 2^(c - m), m = the row's largest scale code in
     # this program's K range: a first loop over the scale codes alone (1/16 of the words'
@@ -586,7 +587,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       hi, lo = carry
       c = load(s, masked, bk_r, words=False)[1].astype(jnp.int32)
       if masked:                           # scale codes past the row read as 0: skip them
-        c_lo = jnp.where(_valid_groups(s, bk_r)[None, :], c, 255)
+        c_lo = jnp.where((groups(s, bk_r) < nbk)[None, :], c, 255)
       else:
         c_lo = c
       return jnp.maximum(hi, jnp.max(c, axis=1)), jnp.minimum(lo, jnp.min(c_lo, axis=1))
@@ -652,12 +653,12 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # and 144.4 / 144.8 / 144.1 (the pass is bound by its loads' latency, not by bytes: one
     # at a time). mxfp4 with TALL_CONFIGS' 128 x 64: 52.8 / 72.5 / 87.3 / 63.8.
     wpb, g = plan.words_per_block, bk // plan.words_per_block
-    blk_off = (row_off[:, :, None] + lax.iota(jnp.int32, wpb)[None, None, :])
+    blk_off = row_off[:, :, None] + lax.iota(jnp.int32, wpb)[None, None, :]
 
     def check_step(s, bad, masked: bool):
       _, far = _mx_factors(load(s, masked, words=False)[1], plan.elem, _route_log2(plan),
                            m_row)
-      col0 = (s * g + lax.iota(jnp.int32, g))[None, :, None] * wpb     # first word of a block
+      col0 = groups(s)[None, :, None] * wpb                # first word of each block
       mask = jnp.broadcast_to(far[:, :, None], (br, g, wpb))
       if masked:
         mask = mask & (col0 + lax.iota(jnp.int32, wpb)[None, None, :] < kw)
@@ -667,7 +668,9 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
       bad = k_loop(check_step, jnp.zeros((br, g, wpb), jnp.uint32))
       return jnp.max(jnp.max(jnp.max(bad, axis=2), axis=1)) != _U(0)
 
-    any_far = jnp.max((lo_row < m_row - _MX_SPREAD[plan.elem.name]).astype(jnp.int32)) > 0
+    # A row has far blocks iff its smallest scale code is far (_mx_factors' rule).
+    lo_far = _mx_factors(lo_row[:, None], plan.elem, _route_log2(plan), m_row)[1]
+    any_far = jnp.max(jnp.max(lo_far.astype(jnp.int32), axis=1)) > 0
     need = (lax.cond(any_far, far_codes, lambda: any_far)      # any_far: False there
             | (jnp.max(m_row) == 255))                          # an E8M0 NaN scale
     y = lax.cond(need, exact, lambda: y)
