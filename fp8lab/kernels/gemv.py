@@ -699,8 +699,13 @@ def _exp2_exact(n: jax.Array) -> jax.Array:
 
 
 def _row_max(x: jax.Array) -> jax.Array:
-  """The largest finite |x| per row of (rows, k) float32 (0 for a row without one)."""
-  return jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0), axis=-1)
+  """The largest |x| per row of (rows, k) float32: Inf or NaN for a row that holds a
+  non-finite element. No select on isfinite (so XLA can fuse |x| into the reduce): such a
+  row has only non-finite outputs whatever the scale of its finite elements (every output
+  sums that element's product, Inf * w or NaN), and _x_shift maps a = Inf to 2^-114 and
+  a = NaN to 2^14 (a > 0 is false), which the finite elements survive or overflow to Inf
+  without changing an output that is Inf or NaN anyway."""
+  return jnp.max(jnp.abs(x), axis=-1)
 
 
 def _x_shift(a: jax.Array) -> jax.Array:
