@@ -24,6 +24,7 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, os.getcwd())
 import jax
 import jax.numpy as jnp
+import numpy as np
 from benchmarks.gpu_tune import plan_of, probe_args, gemv_device_us
 from fp8lab.kernels import gemv as G
 
@@ -118,13 +119,13 @@ if os.environ.get("PROBE_WORK") == "wide":
            for n, k in ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "nvfp4")]
 # PROBE_CUSTOM="mxfp4 16384 16384 1 128,64,8,2 256,64,8,3; nvfp4 ..." replaces the work list:
 # rows of format, n_out, k, batch and configs (block_rows, block_k, num_warps, num_stages[,
-# k_splits]), separated by ";".
+# k_splits[, batch_block]]: GemvConfig's fields in order), separated by ";".
 if os.environ.get("PROBE_CUSTOM"):
   WORK = []
   for row in filter(str.strip, os.environ["PROBE_CUSTOM"].split(";")):
     f, n, k, b, *cfgs = row.split()
     WORK.append((f, int(n), int(k), int(b),
-                 [tuple(map(int, (c + ",0").split(",")[:5])) for c in cfgs]))
+                 [tuple(map(int, c.split(","))) + (0,) * (c.count(",") == 3) for c in cfgs]))
 # PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
 if os.environ.get("PROBE_FORMATS"):
   WORK = [w for w in WORK if w[0] in os.environ["PROBE_FORMATS"].split(",")]
@@ -168,12 +169,13 @@ for name, n, k, b, cands, *sparse in WORK:
   pattern = sparse[0] if sparse else ""
   if pattern:
     args = sparsify(args, plan, pattern)
+  first = None                                   # the first config's output (copy 0)
   for c in cands:
     if time.time() - T0 > BUDGET_S:
       break
     cfg = G.GemvConfig(*c)
     try:
-      kern, op, _ = gemv_device_us(plan, cfg, n, k, args)
+      kern, op, out = gemv_device_us(plan, cfg, n, k, args)
     except Exception as e:                       # a config that does not compile: say so
       print(f"{name} {n}x{k} B{b} {c} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
       continue
@@ -181,6 +183,11 @@ for name, n, k, b, cands, *sparse in WORK:
                      zero_blocks=pattern or None))
     save()
     zb = f" zero blocks {pattern or 'none'}" if sparse else ""
-    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):22s} kernel {kern:7.1f}  op {op:7.1f}{zb}",
-          flush=True)
+    if first is None:
+      first = out
+    same = np.array_equal(np.asarray(out, np.float32).view(np.uint32),
+                          np.asarray(first, np.float32).view(np.uint32))
+    rows[-1]["same_bits_as_first"] = bool(same)
+    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):22s} kernel {kern:7.1f}  op {op:7.1f}{zb}"
+          f"{'' if same else '  (bits differ from the first config)'}", flush=True)
 print(f"done in {time.time() - T0:.0f} s", flush=True)

@@ -688,6 +688,57 @@ def test_split_k_gives_the_same_exact_sums(name, k_splits):
   np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
 
 
+@pytest.mark.parametrize("name", ["e4m3", "mxfp4", "mxfp8", "nvfp4", "bf16"])
+@pytest.mark.parametrize("xdt", [jnp.float32, jnp.float16])
+@pytest.mark.parametrize("batch,batch_block,k_splits",
+                         [(20, 8, 1), (64, 16, 2), (64, 32, 1), (9, 4, 1)])
+def test_batch_blocks_give_the_same_exact_sums(name, xdt, batch, batch_block, k_splits):
+  """A batch in blocks of x rows (GemvConfig.batch_block: a program per block and row block,
+  with K splits too) on small integers, each x row scaled by its own power of two (each
+  block reads its rows' maxima and columns): every sum is exact in float32, so the result
+  must be the float64 product (rounded to float16 for float16 x), the same bits as one block
+  for the whole batch."""
+  rng = np.random.default_rng(hash((name, batch, batch_block)) % 2**32)
+  n, k = (SHAPE[0], 1000) if not ON_GPU else SHAPE
+  w, deq = _integer_weight(name, n, k, rng)
+  xv = rng.integers(-3, 4, (batch, k)) * 2.0 ** rng.integers(-6, 7, (batch, 1))
+  xv = xv.astype(np.float32)
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None)
+
+  def run(bb):
+    return G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv, xdt), plan=plan,
+                         n_out=n, k=k, config=G.GemvConfig(16, 16, 4, 3, k_splits=k_splits,
+                                                            batch_block=bb),
+                         interpret=INTERPRET)
+  y = run(batch_block)
+  # y is in x's dtype: the exact float32 sum rounded once to float16 for float16 x
+  want = (xv.astype(np.float64) @ deq.T).astype(np.dtype(xdt)).astype(np.float64)
+  np.testing.assert_array_equal(np.asarray(y, np.float64), want)
+  np.testing.assert_array_equal(_bits(y), _bits(run(0)))
+
+
+def test_batch_blocks_with_the_mx_exact_path():
+  """Batch blocks whose programs take the MX exact fallback (far-apart scales): its
+  bfloat16 x parts are laid out per block too."""
+  rng = np.random.default_rng(23)
+  n, k = SHAPE[0], 1000
+  w0, _ = _integer_weight("mxfp4", n, k, rng)
+  vals = np.asarray(fp8lab.decode(w0.codes(), "e2m1", jnp.float32), np.float64)
+  nb = -(-k // 32)
+  even = np.arange(nb) % 2 == 0
+  scodes = np.where(even, 127 + 20, 127 - 20)[None, :].repeat(n, 0).astype(np.uint8)
+  deq = vals * np.repeat(2.0 ** (scodes.astype(np.float64) - 127), 32, axis=1)[:, :k]
+  w = QuantizedArray(w0.data, jnp.asarray(scodes), None, format="mxfp4",
+                     element_format="e2m1", shape=(n, k), axis=1, block_shape=(32,),
+                     scale_mode="floor", hadamard=None)
+  xv = (rng.integers(-3, 4, (12, k)) * np.where(np.repeat(even, 32)[:k], 2.0 ** -40, 1.0))
+  xv = xv.astype(np.float32)
+  plan = G.format_plan("mxfp4", "e2m1", (32,), False)
+  y = G.gemv_pallas(w.data, w.scales, None, jnp.asarray(xv), plan=plan, n_out=n, k=k,
+                    config=G.GemvConfig(16, 16, 4, 3, batch_block=4), interpret=INTERPRET)
+  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+
+
 def test_split_k_with_the_mx_exact_path():
   """Far-apart MX scales send a split's program through the exact loop, which must cover
   the same K range as its split: even blocks 2^20 with x 2^-40 there, odd blocks 2^-20."""
@@ -938,6 +989,8 @@ def test_errors_before_tracing():
     G.GemvConfig(8, 64)
   with pytest.raises(ValueError, match="positive int"):
     G.GemvConfig(64, 64, num_stages=0)
+  with pytest.raises(ValueError, match="batch_block"):
+    G.GemvConfig(64, 64, batch_block=12)
   with pytest.raises(ValueError, match="format"):
     G.gemv_config("e3m4", 1)
 

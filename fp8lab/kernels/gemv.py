@@ -26,7 +26,11 @@ the kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded.
 columns hold the batch (padded to a power of two, Bp) once per x *part*: float32 x is not
 a tensor-core operand, so it is cut into parts that sum to it exactly and each part is a
 slot of Bp columns; one dot covers all parts and all batch rows, so a batch of 1..Bp costs
-the same weight traffic and nearly the same time. No atomics: each output is reduced by one program in a fixed order
+the same weight traffic and nearly the same time. A wide batch can go in blocks of x rows
+instead (GemvConfig.batch_block; DEFAULT_CONFIGS for batch 64 of some formats): a program per
+row block and batch block, the blocks of a row block next to each other in launch order so
+that they run together and can find its weight tile in L2; each dot then has the block's
+columns, not the batch's. No atomics: each output is reduced by one program in a fixed order
 or, where K is split (fewer row blocks than SMs, see _k_splits), by one program per split
 whose float32 partials are then added in a fixed order, so results are bitwise
 deterministic.
@@ -122,12 +126,18 @@ class GemvConfig:
     k_splits: programs per row block along K (power of two; 0: chosen from the shape so
       that small n_out still fills the GPU). Partial results are added in a fixed order
       after the kernel, so results stay deterministic.
+    batch_block: x rows per program (power of two; 0: the whole padded batch). A batch
+      wider than batch_block takes one program per block of x rows for each row block, next
+      to each other in launch order, so they run together and can find the same weight
+      tile in L2: each program's dots have batch_block, not batch, columns per x part.
+      Raised where the dots would have fewer than 8 columns (x parts times rows).
   """
   block_rows: int
   block_k: int
   num_warps: int = 4
   num_stages: int = 3
   k_splits: int = 0
+  batch_block: int = 0
 
   def __post_init__(self):
     for name in ("block_rows", "block_k", "num_warps", "num_stages"):
@@ -141,13 +151,17 @@ class GemvConfig:
     if (not isinstance(self.k_splits, int) or isinstance(self.k_splits, bool)
         or self.k_splits < 0 or self.k_splits & (self.k_splits - 1)):
       raise ValueError(f"GemvConfig.k_splits must be 0 or a power of two, got {self.k_splits!r}")
+    if (not isinstance(self.batch_block, int) or isinstance(self.batch_block, bool)
+        or self.batch_block < 0 or self.batch_block & (self.batch_block - 1)):
+      raise ValueError("GemvConfig.batch_block must be 0 or a power of two, got "
+                       f"{self.batch_block!r}")
     if self.block_rows < 16 or self.block_k < 16:
       raise ValueError("GemvConfig needs block_rows >= 16 and block_k >= 16 (tensor-core "
                        f"tiles), got {self.block_rows}, {self.block_k}")
 
 
-def _cfg(br, bk, nw=4, ns=3):
-  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns)
+def _cfg(br, bk, nw=4, ns=3, bb=0):
+  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns, batch_block=bb)
 
 
 # Launch configurations per format and batch bucket (the smallest bucket >= the batch
@@ -156,9 +170,10 @@ def _cfg(br, bk, nw=4, ns=3):
 # candidates per format at 16384^2, batches 1 and 16, end-to-end and kernel-only times).
 # 4-bit formats at batch 16 prefer shorter K steps (fewer registers: more programs per SM);
 # wide batches make the x tile of a K step large, so batch 64 takes shorter K steps too.
-# Batch 64 from six candidates at 16384^2 (benchmarks/results/gemv_b64_h200_20261130.txt):
-# e4m3 64x32 w4 244.8 us (next 64x16 258.4), nvfp4 64x16 w4 s3 225.5 (64x32: 355.1),
-# mxfp4 128x32 w8 414.0 (64x32: 539.4).
+# Batch 64 from six candidates at 16384^2 (benchmarks/results/gemv_b64_h200_20261130.txt;
+# host us, older kernels): e4m3 64x32 w4 244.8 us (next 64x16 258.4), nvfp4 64x16 w4 s3 225.5
+# (64x32: 355.1), mxfp4 128x32 w8 414.0 (64x32: 539.4); since batch blocks (below) only e4m3,
+# e5m2, f16 and nvfp4 keep theirs.
 # nvfp4 up to batch 4 (the same 8-column dots as batch 1) with the asm e2m1 decode and native
 # scales: 128 rows x 32 words w4 s3, kernel 50.8 us vs 58.9 for 64x32 w4 s4 at 16384^2, 14.0
 # vs 17.9 at 4096 x 14336, 16.4 vs 16.7 at 14336 x 4096; nvfp4 16x16 48.7 vs 56.7; batch 16
@@ -169,11 +184,23 @@ def _cfg(br, bk, nw=4, ns=3):
 # 64.0 us vs 74.0 for 64 x 32 w4 s4 at 16384^2 (19.3 vs 20.8 at 4096 x 14336, 24.0 vs 22.7 at
 # 14336 x 4096); mxfp4 (far-block check out of the main loop) 128 x 32 w4 s3 80.1 vs 85.0;
 # mxfp8 keeps 64 x 64 (78.4 vs 93.1 for 128 x 64 w8).
+# Batch 64 in blocks of x rows (GemvConfig.batch_block; benchmarks/results/
+# gemv_batch_blocks_h200_20261130.txt, kernel us at 16384^2 / 4096 x 14336 / 14336 x 4096):
+# mxfp8 in blocks of 16 304.3 / 70.8 / 83.0 vs 441.2 / 100.7 / 118.8 unblocked (64 x 32 w4
+# s2; blocks of 32: 258.6 / 96.0 / 74.0), mxfp8_e5m2 1071.0 vs 1761.9 at 16384^2; bf16 in
+# blocks of 32 405.2 / 95.7 / 112.9 vs 800.1 / 174.1 / 209.0 (blocks of 16: 602.7 / 112.6 /
+# 137.1); mxfp4 in blocks of 16 290.1 / 67.4 / 81.6 vs 327.8 / 100.6 / 133.4 (128 x 32 w8
+# s2; blocks of 32: 266.6 vs 304.2 at 16384^2 in another call, 69.0 vs 66.8 at 4096 x 14336;
+# the blocks' bits may differ from the unblocked kernel's: other dot shapes). e4m3 (266.5
+# vs 196.2), nvfp4 (262.7 vs 173.8) and f16 (330.4 vs 290.0) lost at 16384^2, and every
+# format tried lost at batch 16 in blocks of 8 or 4 (nvfp4 119.0 vs 64.2).
 _B64 = _cfg(64, 32, 4, 2)
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
-    **{name: {16: _cfg(64, 64, 4, 3), 64: _B64}
-       for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "f16", "bf16")},
-    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3), 64: _cfg(128, 32, 8, 2)},
+    **{name: {16: _cfg(64, 64, 4, 3), 64: _B64} for name in ("e4m3", "e5m2", "f16")},
+    **{name: {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 64, 4, 3, bb=16)}
+       for name in ("mxfp8", "mxfp8_e5m2")},
+    "bf16": {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 64, 4, 3, bb=32)},
+    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3), 64: _cfg(128, 32, 4, 3, bb=16)},
     "nvfp4": {16: _cfg(128, 32, 4, 3), 64: _cfg(64, 16, 4, 3)},
 }
 
@@ -475,11 +502,12 @@ def _combine_slots(acc: jax.Array, n_slots: int) -> jax.Array:
 
 
 def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, nbk: int,
-                 n_b: int, n_slots: int, bp: int, n_slots_exact: int, x_scaled: bool,
-                 n_splits: int, steps_per_split: int, interpret: bool):
-  """Kernel body; see the module docstring for the arithmetic. `interpret`: Pallas
-  interpret mode (the native fp8 and asm e2m1 decodes then use their jnp twins instead of
-  inline PTX)."""
+                 n_b: int, n_slots: int, bp: int, n_bblocks: int, n_slots_exact: int,
+                 x_scaled: bool, n_splits: int, steps_per_split: int, interpret: bool):
+  """Kernel body; see the module docstring for the arithmetic. `bp`: x rows of this
+  program (one of n_bblocks blocks of the padded batch; program_id(0) = row block *
+  n_bblocks + batch block). `interpret`: Pallas interpret mode (the native fp8 and asm
+  e2m1 decodes then use their jnp twins instead of inline PTX)."""
   mx = plan.scale_kind == "e8m0"
   it = iter(refs)
   w_ref = next(it)
@@ -493,7 +521,11 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
   br, bk = cfg.block_rows, cfg.block_k
   pw = plan.per_word
 
-  r0 = pl.program_id(0) * br
+  pid = pl.program_id(0)
+  r0 = (pid // n_bblocks if n_bblocks > 1 else pid) * br
+  # This program's x rows: b0 + 0 .. bp - 1, its columns of the x operands col0 + 0 .. (the
+  # x parts of one batch block are contiguous: _prep_x).
+  b0 = (pid % n_bblocks) * bp if n_bblocks > 1 else 0
   out_rows = r0 + lax.iota(jnp.int32, br)
   # Clamped rows: every load stays inside W; rows past n_out are computed and not stored.
   rows = jnp.minimum(out_rows, n_out - 1)
@@ -530,10 +562,11 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
         codes = s_ref[soffs]
     return words, codes
 
-  def dots(planes, xr, s, bk=bk):
+  def dots(planes, xr, s, bk=bk, slots=n_slots):
     acc = None
+    cols = pl.ds(b0 * slots, slots * bp) if n_bblocks > 1 else slice(None)
     for i in range(pw):
-      xs = xr[i, pl.ds(s * bk, bk), :]                                   # (bk, N)
+      xs = xr[i, pl.ds(s * bk, bk), cols]                                # (bk, N)
       d = jnp.dot(planes[i], xs, preferred_element_type=jnp.float32)
       acc = d if acc is None else acc + d
     return acc
@@ -615,7 +648,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
     # The dots carry 2^(c - m); 2^(m - 127) per row makes them 2^(c - 127) (exact unless
     # the product leaves float32's range, where the reference's weights do too).
     acc = acc * _exp2_exact(m_row - 127)[:, None]
-  b = lax.iota(jnp.int32, bp)
+  b = b0 + lax.iota(jnp.int32, bp)                 # x rows (and columns of y) of this program
 
   def col_factors(fold: int, scaled: bool):
     """2^(fold - s_b) per column b (_x_shift of x row b's maximum; s_b = 0 unscaled)."""
@@ -634,7 +667,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
     def exact_step(s, acc, masked: bool):
       words, codes = load(s, masked, bk_e)
-      return acc + dots(_mx_exact_planes(words, codes, plan), xe_ref, s, bk_e)
+      return acc + dots(_mx_exact_planes(words, codes, plan), xe_ref, s, bk_e,
+                        n_slots_exact)
 
     def exact():
       acc_e = k_loop(exact_step, jnp.zeros((br, n_slots_exact * bp), jnp.float32), bk_e)
@@ -773,8 +807,9 @@ _MIN_STEPS_PER_SPLIT = 4
 
 def _k_splits(cfg: GemvConfig, n_prog: int, n_steps: int) -> int:
   """Programs per row block along K: cfg.k_splits, or (with fewer than
-  _SPLIT_BELOW_PROGRAMS row blocks) the smallest power of two (<= 8) that brings
-  n_prog * splits to _TARGET_PROGRAMS while each split keeps >= 4 K steps."""
+  _SPLIT_BELOW_PROGRAMS programs: row blocks times batch blocks) the smallest power of two
+  (<= 8) that brings n_prog * splits to _TARGET_PROGRAMS while each split keeps >= 4 K
+  steps."""
   if cfg.k_splits:
     return max(1, min(cfg.k_splits, n_steps))
   s = 1
@@ -865,7 +900,7 @@ def _pair_layout(plan: FormatPlan) -> str:
 
 
 def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
-            layout: str = "code"):
+            layout: str = "code", bb: int | None = None):
   """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the row maxima a of
   _x_parts (None if x was not scaled), from which the kernel's epilogue takes the
   per-column factor 2^(fold - s_b) (col_factors in _gemv_kernel): computed there, it costs no
@@ -874,13 +909,17 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
   Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); row j of plane
   i's slice holds the element whose code plane i's column j holds (unpack.PAIR_LAYOUTS
   `layout`; "code": element per_word * j + i). Slots are a power of two (a float32 x's 3
-  bfloat16 parts get a zero 4th)."""
+  bfloat16 parts get a zero 4th). With batch blocks of bb rows (bb < bp), each block's
+  columns are contiguous instead: column c * n_slots * bb + slot * bb + j holds part `slot`
+  of x row c * bb + j."""
   n_b, k = x.shape
   parts, a = _x_parts(x, operand)
   n_slots = _n_slots(x.dtype, operand)
   parts = jnp.pad(parts, ((0, n_slots - parts.shape[0]), (0, bp - n_b),
                           (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
   cols = n_slots * bp
+  if bb is not None and bb < bp:                 # (n_slots, blocks, bb, K) -> blocks first
+    parts = parts.reshape(n_slots, bp // bb, bb, -1).transpose(1, 0, 2, 3)
   sizes, order = unpack.pair_axes(layout, per_word)
   xp = parts.reshape(cols, kw_pad // 2, *sizes)            # (N, word pair, digits...)
   xin = jnp.transpose(xp, (*[2 + d for d in order[:-1]], 1, 2 + order[-1], 0))
@@ -903,9 +942,13 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   operand = _operand_dtype(plan)
   n_slots = _n_slots(x.dtype, operand)
   n_slots_exact = _n_slots(x.dtype, jnp.bfloat16) if mx else 0
-  # Batch rows padded to a power of two; the dots need N = n_slots * bp >= 8.
-  bp = max(_next_pow2(n_b), 8 // min(n_slots, n_slots_exact or n_slots))
-  cfg = _fit_shared_memory(cfg, plan, max(n_slots, n_slots_exact) * bp)
+  # Batch rows padded to a power of two; the dots need N = n_slots * bp >= 8. A program
+  # takes bb of them (cfg.batch_block), n_bblocks programs per row block.
+  min_rows = 8 // min(n_slots, n_slots_exact or n_slots)
+  bp = max(_next_pow2(n_b), min_rows)
+  bb = bp if not cfg.batch_block else min(bp, max(cfg.batch_block, min_rows))
+  n_bblocks = bp // bb
+  cfg = _fit_shared_memory(cfg, plan, max(n_slots, n_slots_exact) * bb)
   kw_pad = pl.cdiv(kw, cfg.block_k) * cfg.block_k
   pw = plan.per_word
 
@@ -914,19 +957,20 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if plan.scale_kind:
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
-  xin, x_max = _prep_x(x, pw, kw_pad, operand, bp, _pair_layout(plan))
+  xin, x_max = _prep_x(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb)
   operands += [xin] + ([] if x_max is None else [x_max])
   if mx:    # the exact fallback's operands: bfloat16 parts (never scaled)
-    operands.append(_prep_x(x, pw, kw_pad, jnp.bfloat16, bp)[0])
+    operands.append(_prep_x(x, pw, kw_pad, jnp.bfloat16, bp, bb=bb)[0])
   if plan.has_tensor_scale:
     operands.append(jnp.asarray(tensor_scale, jnp.float32).reshape(1))
 
   n_prog = pl.cdiv(n_out, cfg.block_rows)
   n_steps = pl.cdiv(kw, cfg.block_k)
-  n_splits = _k_splits(cfg, n_prog, n_steps)
+  n_splits = _k_splits(cfg, n_prog * n_bblocks, n_steps)
   steps_per_split = pl.cdiv(n_steps, n_splits)
   kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw, nbk=nbk,
-                             n_b=n_b, n_slots=n_slots, bp=bp, n_slots_exact=n_slots_exact,
+                             n_b=n_b, n_slots=n_slots, bp=bb, n_bblocks=n_bblocks,
+                             n_slots_exact=n_slots_exact,
                              x_scaled=x_max is not None,
                              n_splits=n_splits, steps_per_split=steps_per_split,
                              interpret=interpret)
@@ -934,7 +978,7 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
       kernel,
       out_shape=jax.ShapeDtypeStruct((n_splits * n_b * n_out,),
                                      x.dtype if n_splits == 1 else jnp.float32),
-      grid=(n_prog,) if n_splits == 1 else (n_prog, n_splits),
+      grid=((n_prog * n_bblocks,) if n_splits == 1 else (n_prog * n_bblocks, n_splits)),
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
                                            num_stages=cfg.num_stages),
       interpret=interpret,
