@@ -717,50 +717,43 @@ def test_batch_blocks_give_the_same_exact_sums(name, xdt, batch, batch_block, k_
   np.testing.assert_array_equal(_bits(y), _bits(run(0)))
 
 
-def test_batch_blocks_with_the_mx_exact_path():
-  """Batch blocks whose programs take the MX exact fallback (far-apart scales): its
-  bfloat16 x parts are laid out per block too."""
-  rng = np.random.default_rng(23)
+def _far_apart_mxfp4(seed: int, batch: int):
+  """MXFP4 weights whose even blocks have scale 2^20 and odd blocks 2^-20 (far apart: every
+  program takes the exact fallback), x of `batch` rows that is 2^-40 over the even blocks, and
+  the float64 product the kernel must give exactly."""
+  rng = np.random.default_rng(seed)
   n, k = SHAPE[0], 1000
   w0, _ = _integer_weight("mxfp4", n, k, rng)
   vals = np.asarray(fp8lab.decode(w0.codes(), "e2m1", jnp.float32), np.float64)
-  nb = -(-k // 32)
-  even = np.arange(nb) % 2 == 0
+  even = np.arange(-(-k // 32)) % 2 == 0
   scodes = np.where(even, 127 + 20, 127 - 20)[None, :].repeat(n, 0).astype(np.uint8)
   deq = vals * np.repeat(2.0 ** (scodes.astype(np.float64) - 127), 32, axis=1)[:, :k]
   w = QuantizedArray(w0.data, jnp.asarray(scodes), None, format="mxfp4",
                      element_format="e2m1", shape=(n, k), axis=1, block_shape=(32,),
                      scale_mode="floor", hadamard=None)
-  xv = (rng.integers(-3, 4, (12, k)) * np.where(np.repeat(even, 32)[:k], 2.0 ** -40, 1.0))
+  xv = rng.integers(-3, 4, (batch, k)) * np.where(np.repeat(even, 32)[:k], 2.0 ** -40, 1.0)
   xv = xv.astype(np.float32)
-  plan = G.format_plan("mxfp4", "e2m1", (32,), False)
-  y = G.gemv_pallas(w.data, w.scales, None, jnp.asarray(xv), plan=plan, n_out=n, k=k,
-                    config=G.GemvConfig(16, 16, 4, 3, batch_block=4), interpret=INTERPRET)
-  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+  run = lambda cfg: G.gemv_pallas(w.data, w.scales, None, jnp.asarray(xv),
+                                  plan=G.format_plan("mxfp4", "e2m1", (32,), False), n_out=n,
+                                  k=k, config=cfg, interpret=INTERPRET)
+  return run, xv.astype(np.float64) @ deq.T
+
+
+def test_batch_blocks_with_the_mx_exact_path():
+  """Batch blocks whose programs take the MX exact fallback (far-apart scales): its
+  bfloat16 x parts are laid out per block too."""
+  run, want = _far_apart_mxfp4(23, 12)
+  y = run(G.GemvConfig(16, 16, 4, 3, batch_block=4))
+  np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
 def test_split_k_with_the_mx_exact_path():
   """Far-apart MX scales send a split's program through the exact loop, which must cover
   the same K range as its split: even blocks 2^20 with x 2^-40 there, odd blocks 2^-20."""
-  rng = np.random.default_rng(21)
-  n, k = SHAPE[0], 1000
-  w0, _ = _integer_weight("mxfp4", n, k, rng)
-  vals = np.asarray(fp8lab.decode(w0.codes(), "e2m1", jnp.float32), np.float64)
-  nb = -(-k // 32)
-  even = np.arange(nb) % 2 == 0
-  scodes = np.where(even, 127 + 20, 127 - 20)[None, :].repeat(n, 0).astype(np.uint8)
-  deq = vals * np.repeat(2.0 ** (scodes.astype(np.float64) - 127), 32, axis=1)[:, :k]
-  w = QuantizedArray(w0.data, jnp.asarray(scodes), None, format="mxfp4",
-                     element_format="e2m1", shape=(n, k), axis=1, block_shape=(32,),
-                     scale_mode="floor", hadamard=None)
-  xv = (rng.integers(-3, 4, (2, k)) * np.where(np.repeat(even, 32)[:k], 2.0 ** -40, 1.0))
-  xv = xv.astype(np.float32)
-  plan = G.format_plan("mxfp4", "e2m1", (32,), False)
+  run, want = _far_apart_mxfp4(21, 2)
   for k_splits in (1, 4):
-    y = G.gemv_pallas(w.data, w.scales, None, jnp.asarray(xv), plan=plan, n_out=n, k=k,
-                      config=G.GemvConfig(16, 16, 4, 3, k_splits=k_splits),
-                      interpret=INTERPRET)
-    np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+    y = run(G.GemvConfig(16, 16, 4, 3, k_splits=k_splits))
+    np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
 @pytest.mark.parametrize("name", ["mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4"])
