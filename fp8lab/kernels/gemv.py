@@ -523,8 +523,8 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
   pid = pl.program_id(0)
   r0 = (pid // n_bblocks if n_bblocks > 1 else pid) * br
-  # This program's x rows: b0 + 0 .. bp - 1, its columns of the x operands col0 + 0 .. (the
-  # x parts of one batch block are contiguous: _prep_x).
+  # This program's x rows: b0 + 0 .. bp - 1; their columns of the x operands are contiguous,
+  # from b0 * (x parts) on (_prep_x's batch-block order; dots takes them).
   b0 = (pid % n_bblocks) * bp if n_bblocks > 1 else 0
   out_rows = r0 + lax.iota(jnp.int32, br)
   # Clamped rows: every load stays inside W; rows past n_out are computed and not stored.
