@@ -57,6 +57,13 @@ WORK = [
     ("nvfp4", 14336, 4096, 1, [(128, 32, 4, 3, 0), (128, 32, 4, 3, 2), (128, 32, 4, 3, 4)]),
     ("mxfp4", 14336, 4096, 1, [(64, 64, 4, 3, 0), (64, 64, 4, 3, 2)]),
 ]
+
+
+def dflt(f: str, b: int, n: int) -> tuple:
+  """The default config (gemv_config) of format f, batch b and n_out n, as a tuple."""
+  return dataclasses.astuple(G.gemv_config(f, b, n))
+
+
 # PROBE_WORK=batches: configs for batches 4 and 16 (4-bit formats; after
 # benchmarks/probe_parts.py found 128 x 32 w4 s3 faster at batch 16 than the default).
 if os.environ.get("PROBE_WORK") == "batches":
@@ -78,8 +85,7 @@ if os.environ.get("PROBE_WORK") == "mx":
 # trees to compare decodes), and PROBE_ALTS=1 adds other configs for the formats whose
 # decode changed (the pair orders of unpack.PAIR_LAYOUTS).
 if os.environ.get("PROBE_WORK") == "decode":
-  WORK = [(f, S, S, b, [(*dataclasses.astuple(G.gemv_config(f.replace("_2d", ""), b, S))[:4],
-                         0)])
+  WORK = [(f, S, S, b, [dflt(f.replace("_2d", ""), b, S)])
           for b in (1, 16) for f in ("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d")]
   if os.environ.get("PROBE_ALTS") == "1":
     WORK += [("nvfp4", S, S, 1, [(256, 16, 4, 3, 0), (128, 16, 4, 3, 0), (128, 32, 4, 4, 0),
@@ -90,18 +96,16 @@ if os.environ.get("PROBE_WORK") == "decode":
              ("mxfp8", S, S, 16, [(128, 32, 4, 3, 0)])]
 # PROBE_WORK=mx_shapes: MX default configs at the LLM shapes (batches 1, 16) and 16384^2 batch 64.
 if os.environ.get("PROBE_WORK") == "mx_shapes":
-  dflt = lambda f, b, n: [(*dataclasses.astuple(G.gemv_config(f, b, n))[:4], 0)]
-  WORK = [(f, n, k, b, dflt(f, b, n)) for n, k in ((14336, 4096), (4096, 14336))
+  WORK = [(f, n, k, b, [dflt(f, b, n)]) for n, k in ((14336, 4096), (4096, 14336))
           for b in (16, 1) for f in ("mxfp4", "mxfp8")]
-  WORK += [(f, S, S, 64, dflt(f, 64, S)) for f in ("mxfp4", "mxfp8")]
+  WORK += [(f, S, S, 64, [dflt(f, 64, S)]) for f in ("mxfp4", "mxfp8")]
 # PROBE_WORK=sparse: MX default configs at 16384^2 on dense weights and on weights with
 # all-zero blocks (words 0, scale code 0, as the quantizer writes them): "r1/64" / "r1/4"
 # zero each block with that probability, "t1/64" zeroes the last 1/64 of every row (K
 # padded with zeros). Such blocks are "far" in the kernel's fast path, so their programs
 # look at their words again for nonzero codes (the 6th entry: the pattern).
 if os.environ.get("PROBE_WORK") == "sparse":
-  dflt = lambda f, b: [(*dataclasses.astuple(G.gemv_config(f, b, S))[:4], 0)]
-  WORK = [(f, S, S, b, dflt(f, b), pat) for b in (1, 16) for f in ("mxfp4", "mxfp8")
+  WORK = [(f, S, S, b, [dflt(f, b, S)], pat) for b in (1, 16) for f in ("mxfp4", "mxfp8")
           for pat in ("", "r1/64", "r1/4", "t1/64")]
 # PROBE_WORK=wide: 8-warp programs of 128 rows x 64 words (and neighbours) for batches 1
 # and 4, after mxfp4 batch 1 ran 53.3 us with (128, 64, 8, 3) against 58.4 with its default
@@ -115,17 +119,18 @@ if os.environ.get("PROBE_WORK") == "wide":
           ("nvfp4_2d", S, S, 1, [(128, 32, 4, 3, 0), W8]),
           ("mxfp4", S, S, 4, [(64, 64, 4, 3, 0), W8]),
           ("nvfp4", S, S, 4, [(128, 32, 4, 3, 0), W8])]
-  WORK += [(f, n, k, 1, [(*dataclasses.astuple(G.gemv_config(f, 1, n))[:4], 0), W8])
+  WORK += [(f, n, k, 1, [dflt(f, 1, n), W8])
            for n, k in ((4096, 14336), (14336, 4096)) for f in ("mxfp4", "nvfp4")]
 # PROBE_CUSTOM="mxfp4 16384 16384 1 128,64,8,2 256,64,8,3; nvfp4 ..." replaces the work list:
 # rows of format, n_out, k, batch and configs (block_rows, block_k, num_warps, num_stages[,
-# k_splits[, batch_block]]: GemvConfig's fields in order), separated by ";".
+# k_splits[, batch_block[, chain_dots (0 / 1)]]]: GemvConfig's fields in order), separated
+# by ";".
 if os.environ.get("PROBE_CUSTOM"):
   WORK = []
   for row in filter(str.strip, os.environ["PROBE_CUSTOM"].split(";")):
     f, n, k, b, *cfgs = row.split()
-    WORK.append((f, int(n), int(k), int(b),
-                 [tuple(map(int, c.split(","))) + (0,) * (c.count(",") == 3) for c in cfgs]))
+    ints = [tuple(map(int, c.split(","))) for c in cfgs]
+    WORK.append((f, int(n), int(k), int(b), [c[:6] + tuple(map(bool, c[6:])) for c in ints]))
 # PROBE_FORMATS=a,b keeps only those formats' rows of the work list.
 if os.environ.get("PROBE_FORMATS"):
   WORK = [w for w in WORK if w[0] in os.environ["PROBE_FORMATS"].split(",")]
@@ -188,6 +193,6 @@ for name, n, k, b, cands, *sparse in WORK:
     same = np.array_equal(np.asarray(out, np.float32).view(np.uint32),
                           np.asarray(first, np.float32).view(np.uint32))
     rows[-1]["same_bits_as_first"] = bool(same)
-    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):22s} kernel {kern:7.1f}  op {op:7.1f}{zb}"
+    print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):28s} kernel {kern:7.1f}  op {op:7.1f}{zb}"
           f"{'' if same else '  (bits differ from the first config)'}", flush=True)
 print(f"done in {time.time() - T0:.0f} s", flush=True)

@@ -747,6 +747,39 @@ def test_batch_blocks_with_the_mx_exact_path():
   np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
+@pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "f16",
+                                  "bf16"])
+@pytest.mark.parametrize("batch,batch_block,k_splits", [(3, 0, 1), (20, 8, 2)])
+def test_chained_dots_give_the_same_exact_sums(name, batch, batch_block, k_splits):
+  """GemvConfig.chain_dots (each plane's dot added to the accumulator in turn) on small
+  integers, with K splits and batch blocks: every sum is exact, so both orders must give
+  the float64 product, the same bits."""
+  rng = np.random.default_rng(hash((name, batch, "chain")) % 2**32)
+  n, k = (SHAPE[0], 1000) if not ON_GPU else SHAPE
+  w, deq = _integer_weight(name, n, k, rng)
+  xv = rng.integers(-3, 4, (batch, k)) * 2.0 ** rng.integers(-6, 7, (batch, 1))
+  xv = xv.astype(np.float32)
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None,
+                       native_fp8=G.native_fp8_requested(INTERPRET),
+                       asm_e2m1=G.asm_e2m1_default(INTERPRET))
+
+  def run(chain):
+    cfg = G.GemvConfig(16, 16, 4, 3, k_splits=k_splits, batch_block=batch_block,
+                       chain_dots=chain)
+    return G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv), plan=plan,
+                         n_out=n, k=k, config=cfg, interpret=INTERPRET)
+  y = run(True)
+  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
+  np.testing.assert_array_equal(_bits(y), _bits(run(False)))
+
+
+def test_chained_dots_with_the_mx_exact_path():
+  """The MX exact fallback's loop chains its dots too (far-apart scales)."""
+  run, want = _far_apart_mxfp4(25, 5)
+  y = run(G.GemvConfig(16, 16, 4, 3, chain_dots=True))
+  np.testing.assert_array_equal(np.asarray(y, np.float64), want)
+
+
 def test_split_k_with_the_mx_exact_path():
   """Far-apart MX scales send a split's program through the exact loop, which must cover
   the same K range as its split: even blocks 2^20 with x 2^-40 there, odd blocks 2^-20."""
@@ -984,6 +1017,8 @@ def test_errors_before_tracing():
     G.GemvConfig(64, 64, num_stages=0)
   with pytest.raises(ValueError, match="batch_block"):
     G.GemvConfig(64, 64, batch_block=12)
+  with pytest.raises(ValueError, match="chain_dots"):
+    G.GemvConfig(64, 64, chain_dots=1)
   with pytest.raises(ValueError, match="format"):
     G.gemv_config("e3m4", 1)
 

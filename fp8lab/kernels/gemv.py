@@ -18,6 +18,8 @@ into the tensor cores' operand layout (no shuffle through shared memory), and
 
     acc[r, c] += dot(plane_i, x_i)[r, c]           for i = 0 .. per_word - 1, every K step
 
+(in that order with GemvConfig.chain_dots, else a step's dots summed first and added once)
+
 with x_i[j, c] = column c of x at the element whose code plane i holds in its column j:
 code i of word j (element per_word * j + i) for the shift-and-mask route; the asm and
 native decodes take the two codes of an MMA register pair from one word, so their planes
@@ -131,6 +133,16 @@ class GemvConfig:
       to each other in launch order, so they run together and can find the same weight
       tile in L2: each program's dots have batch_block, not batch, columns per x part.
       Raised where the dots would have fewer than 8 columns (x parts times rows).
+    chain_dots: how a K step's dots (one per plane of the words) reach the float32
+      accumulator. True: one at a time, acc = acc + dot_i, each add of the form that Triton
+      folds into the MMA's own accumulator, so the tensor cores carry it across planes and
+      K steps. False: acc + (dot_0 + dot_1 + ...), whose planes chain the same way but
+      whose last add stays a float32 add per accumulator value and K step (25% of e4m3's
+      instructions at batch 64 under Nsight Compute), with more registers live. True is
+      faster where the accumulator is wide (batch 64) and for nvfp4 at batch 16; False for
+      mxfp4 at batch 16 (there the chained wgmma each wait on their own) and the 4-bit
+      formats at batch 1 (see DEFAULT_CONFIGS). Both add in float32; the sums' order
+      differs, so their bits may too, except where every sum is exact.
   """
   block_rows: int
   block_k: int
@@ -138,6 +150,7 @@ class GemvConfig:
   num_stages: int = 3
   k_splits: int = 0
   batch_block: int = 0
+  chain_dots: bool = False
 
   def __post_init__(self):
     for name in ("block_rows", "block_k", "num_warps", "num_stages"):
@@ -155,13 +168,16 @@ class GemvConfig:
         or self.batch_block < 0 or self.batch_block & (self.batch_block - 1)):
       raise ValueError("GemvConfig.batch_block must be 0 or a power of two, got "
                        f"{self.batch_block!r}")
+    if not isinstance(self.chain_dots, bool):
+      raise ValueError(f"GemvConfig.chain_dots must be a bool, got {self.chain_dots!r}")
     if self.block_rows < 16 or self.block_k < 16:
       raise ValueError("GemvConfig needs block_rows >= 16 and block_k >= 16 (tensor-core "
                        f"tiles), got {self.block_rows}, {self.block_k}")
 
 
-def _cfg(br, bk, nw=4, ns=3, bb=0):
-  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns, batch_block=bb)
+def _cfg(br, bk, nw=4, ns=3, bb=0, chain=False):
+  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns, batch_block=bb,
+              chain_dots=chain)
 
 
 # Launch configurations per format and batch bucket (the smallest bucket >= the batch
@@ -562,14 +578,19 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
         codes = s_ref[soffs]
     return words, codes
 
-  def dots(planes, xr, s, bk=bk, slots=n_slots):
-    acc = None
+  def dots(acc, planes, xr, s, bk=bk, slots=n_slots):
+    """acc plus K step s's dots, one per plane (GemvConfig.chain_dots: in turn, or their
+    sum)."""
     cols = pl.ds(b0 * slots, slots * bp) if n_bblocks > 1 else slice(None)
+    total = None
     for i in range(pw):
       xs = xr[i, pl.ds(s * bk, bk), cols]                                # (bk, N)
       d = jnp.dot(planes[i], xs, preferred_element_type=jnp.float32)
-      acc = d if acc is None else acc + d
-    return acc
+      if cfg.chain_dots:
+        acc = acc + d
+      else:
+        total = d if total is None else total + d
+    return acc if cfg.chain_dots else acc + total
 
   split = pl.program_id(1) if n_splits > 1 else None
 
@@ -632,7 +653,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
   def main_step(s, acc, masked: bool):
     words, codes = load(s, masked)
-    return acc + dots(_weight_planes(words, codes, plan, interpret, m_row), x_ref, s)
+    return dots(acc, _weight_planes(words, codes, plan, interpret, m_row), x_ref, s)
 
   def epilogue(y, f):
     # The tensor scale first, then the power of two 2^(fold - s_b): fl(y * ts) is the one
@@ -667,8 +688,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int, 
 
     def exact_step(s, acc, masked: bool):
       words, codes = load(s, masked, bk_e)
-      return acc + dots(_mx_exact_planes(words, codes, plan), xe_ref, s, bk_e,
-                        n_slots_exact)
+      return dots(acc, _mx_exact_planes(words, codes, plan), xe_ref, s, bk_e, n_slots_exact)
 
     def exact():
       acc_e = k_loop(exact_step, jnp.zeros((br, n_slots_exact * bp), jnp.float32), bk_e)
