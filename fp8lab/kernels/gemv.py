@@ -209,17 +209,32 @@ def _cfg(br, bk, nw=4, ns=3, bb=0, chain=False):
 # s2; blocks of 32: 266.6 vs 304.2 at 16384^2 in another call, 69.0 vs 66.8 at 4096 x 14336;
 # the blocks' bits may differ from the unblocked kernel's: other dot shapes). e4m3 (266.5
 # vs 196.2), nvfp4 (262.7 vs 173.8) and f16 (330.4 vs 290.0) lost at 16384^2, and every
-# format tried lost at batch 16 in blocks of 8 or 4 (nvfp4 119.0 vs 64.2).
-_B64 = _cfg(64, 32, 4, 2)
+# format tried lost at batch 16 in blocks of 8 or 4 (nvfp4 119.0 vs 64.2). (All before
+# chained dots, below, which changed the batch-64 entries again.)
+# Chained dots (GemvConfig.chain_dots; benchmarks/results/gemv_dot_acc_h200_20261130.txt,
+# kernel us at 16384^2 / 4096 x 14336 / 14336 x 4096) changed batch 64 most: e4m3 / e5m2 64
+# x 64 chained 145.7 / 50.6 / 47.0 vs 195.6 / 61.4 / 64.1 (64 x 32 s2); f16 64 x 32 s3
+# chained 188.8 / 63.6 / 57.6 vs 290.4 / 84.2 / 85.9; bf16 unblocked 64 x 64 chained 283.5 /
+# 76.2 / 76.7 vs 396.8 / 97.1 / 115.2 (blocks of 32); mxfp8 unblocked chained 217.0 / 84.0 /
+# 63.0 vs 307.5 / 70.6 / 83.1 (blocks of 16: it loses at 4096 x 14336, whose 64 row blocks
+# alone are too few programs; blocks of 32 chained 247.1 / 95.4 / 69.4), mxfp8_e5m2 705.6
+# vs 1082.4 at 16384^2; mxfp4 in blocks of 32 chained 221.7 / 63.6 / 66.7 vs 303.1 / 67.1 /
+# 81.5 (blocks of 16); nvfp4 173.6 / 52.1 / 55.2 vs 173.6 / 54.0 / 55.7. Batch 16: nvfp4
+# 61.5 / 18.4 / 23.6 vs 64.0 / 19.1 / 24.3 (16x16 blocks 60.2 vs 63.0), e4m3 68.2 / 18.7 /
+# 19.2 vs 68.9 / 18.8 / 19.7; mxfp8 76.6 vs 77.0 unchained; mxfp4 lost (86.6 vs 77.3).
+# Batches 1 and 4 gained nothing (e4m3 63.5 both, 63.7 vs 64.2 at batch 4) or lost a little
+# (nvfp4 49.1 vs 48.8 at 4, 49.4 vs 49.0 at 1; mxfp4 128 x 64 w8 53.9 vs 53.4 at 4), so
+# nvfp4 up to batch 4 keeps unchained dots.
+_C64 = _cfg(64, 64, 4, 3, chain=True)           # 64 rows x 64 words, chained dots
 DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
-    **{name: {16: _cfg(64, 64, 4, 3), 64: _B64} for name in ("e4m3", "e5m2", "f16")},
-    **{name: {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 64, 4, 3, bb=16)}
-       for name in ("mxfp8", "mxfp8_e5m2")},
-    "bf16": {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 64, 4, 3, bb=32)},
-    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3), 64: _cfg(128, 32, 4, 3, bb=16)},
-    "nvfp4": {16: _cfg(128, 32, 4, 3), 64: _cfg(64, 16, 4, 3)},
+    **{name: {64: _C64} for name in ("e4m3", "e5m2")},              # every batch
+    "f16": {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 32, 4, 3, chain=True)},
+    **{name: {16: _cfg(64, 64, 4, 3), 64: _C64} for name in ("mxfp8", "mxfp8_e5m2", "bf16")},
+    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3),
+              64: _cfg(128, 32, 4, 3, bb=32, chain=True)},
+    "nvfp4": {4: _cfg(128, 32, 4, 3), 16: _cfg(128, 32, 4, 3, chain=True),
+              64: _cfg(64, 16, 4, 3, chain=True)},
 }
-
 
 # Tall weights (n_out >= TALL_ROWS) may take other configurations, per format and batch
 # bucket (buckets as above; a batch above the largest bucket takes DEFAULT_CONFIGS). mxfp4 up
