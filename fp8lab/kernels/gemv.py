@@ -139,10 +139,12 @@ class GemvConfig:
       K steps. False: acc + (dot_0 + dot_1 + ...), whose planes chain the same way but
       whose last add stays a float32 add per accumulator value and K step (25% of e4m3's
       instructions at batch 64 under Nsight Compute), with more registers live. True is
-      faster where the accumulator is wide (batch 64) and for nvfp4 at batch 16; False for
-      mxfp4 at batch 16 (there the chained wgmma each wait on their own) and the 4-bit
-      formats at batch 1 (see DEFAULT_CONFIGS). Both add in float32; the sums' order
-      differs, so their bits may too, except where every sum is exact.
+      1.3-1.5x faster at batch 64 (16384^2; nvfp4 alike), within a few percent elsewhere, but
+      less accurate: the tensor cores' float32 accumulation truncates, and over all of K
+      it drifts towards zero (on the H200 at 16384^2: worst errors of 12-105 u of
+      |x| @ |W|^T against 0.3-3.8 u unchained, u = 2^-24; both inside the documented
+      bound). Measurements beside DEFAULT_CONFIGS, which all keep False. Where every sum
+      is exact both give the same bits.
   """
   block_rows: int
   block_k: int
@@ -209,10 +211,20 @@ def _cfg(br, bk, nw=4, ns=3, bb=0, chain=False):
 # s2; blocks of 32: 266.6 vs 304.2 at 16384^2 in another call, 69.0 vs 66.8 at 4096 x 14336;
 # the blocks' bits may differ from the unblocked kernel's: other dot shapes). e4m3 (266.5
 # vs 196.2), nvfp4 (262.7 vs 173.8) and f16 (330.4 vs 290.0) lost at 16384^2, and every
-# format tried lost at batch 16 in blocks of 8 or 4 (nvfp4 119.0 vs 64.2). (All before
-# chained dots, below, which changed the batch-64 entries again.)
+# format tried lost at batch 16 in blocks of 8 or 4 (nvfp4 119.0 vs 64.2).
+_B64 = _cfg(64, 32, 4, 2)
+DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
+    **{name: {16: _cfg(64, 64, 4, 3), 64: _B64} for name in ("e4m3", "e5m2", "f16")},
+    **{name: {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 64, 4, 3, bb=16)}
+       for name in ("mxfp8", "mxfp8_e5m2")},
+    "bf16": {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 64, 4, 3, bb=32)},
+    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3), 64: _cfg(128, 32, 4, 3, bb=16)},
+    "nvfp4": {16: _cfg(128, 32, 4, 3), 64: _cfg(64, 16, 4, 3)},
+}
+
+
 # Chained dots (GemvConfig.chain_dots; benchmarks/results/gemv_dot_acc_h200_20261130.txt,
-# kernel us at 16384^2 / 4096 x 14336 / 14336 x 4096) changed batch 64 most: e4m3 / e5m2 64
+# kernel us at 16384^2 / 4096 x 14336 / 14336 x 4096) are faster at batch 64: e4m3 / e5m2 64
 # x 64 chained 145.7 / 50.6 / 47.0 vs 195.6 / 61.4 / 64.1 (64 x 32 s2); f16 64 x 32 s3
 # chained 188.8 / 63.6 / 57.6 vs 290.4 / 84.2 / 85.9; bf16 unblocked 64 x 64 chained 283.5 /
 # 76.2 / 76.7 vs 396.8 / 97.1 / 115.2 (blocks of 32); mxfp8 unblocked chained 217.0 / 84.0 /
@@ -223,18 +235,13 @@ def _cfg(br, bk, nw=4, ns=3, bb=0, chain=False):
 # 61.5 / 18.4 / 23.6 vs 64.0 / 19.1 / 24.3 (16x16 blocks 60.2 vs 63.0), e4m3 68.2 / 18.7 /
 # 19.2 vs 68.9 / 18.8 / 19.7; mxfp8 76.6 vs 77.0 unchained; mxfp4 lost (86.6 vs 77.3).
 # Batches 1 and 4 gained nothing (e4m3 63.5 both, 63.7 vs 64.2 at batch 4) or lost a little
-# (nvfp4 49.1 vs 48.8 at 4, 49.4 vs 49.0 at 1; mxfp4 128 x 64 w8 53.9 vs 53.4 at 4), so
-# nvfp4 up to batch 4 keeps unchained dots.
-_C64 = _cfg(64, 64, 4, 3, chain=True)           # 64 rows x 64 words, chained dots
-DEFAULT_CONFIGS: dict[str, dict[int, dict[str, Any]]] = {
-    **{name: {64: _C64} for name in ("e4m3", "e5m2")},              # every batch
-    "f16": {16: _cfg(64, 64, 4, 3), 64: _cfg(64, 32, 4, 3, chain=True)},
-    **{name: {16: _cfg(64, 64, 4, 3), 64: _C64} for name in ("mxfp8", "mxfp8_e5m2", "bf16")},
-    "mxfp4": {4: _cfg(64, 64, 4, 3), 16: _cfg(128, 32, 4, 3),
-              64: _cfg(128, 32, 4, 3, bb=32, chain=True)},
-    "nvfp4": {4: _cfg(128, 32, 4, 3), 16: _cfg(128, 32, 4, 3, chain=True),
-              64: _cfg(64, 16, 4, 3, chain=True)},
-}
+# (nvfp4 49.1 vs 48.8 at 4, 49.4 vs 49.0 at 1; mxfp4 128 x 64 w8 53.9 vs 53.4 at 4). But the
+# chain costs accuracy (benchmarks/results/gemv_chain_accuracy_h200_20261130.txt, 16384^2,
+# random weights, against the float64 product, in u = 2^-24 of |x| @ |W|^T): the tensor
+# cores' float32 accumulation truncates, and chained over all of K it drifts towards zero,
+# worst case 12-105 u (mean drift -1.6 to -12.7 u) against 0.3-3.8 u unchained, at every
+# batch. So no default chains its dots: chain_dots stays a choice for a caller who wants
+# batch 64's speed at that accuracy (gemv_pallas's config argument).
 
 # Tall weights (n_out >= TALL_ROWS) may take other configurations, per format and batch
 # bucket (buckets as above; a batch above the largest bucket takes DEFAULT_CONFIGS). mxfp4 up
