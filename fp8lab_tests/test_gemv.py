@@ -1033,6 +1033,10 @@ def test_default_configs_are_data_for_every_format():
       bucket = next((b for b in sorted(tall) if b >= batch), None)
       want = cfg if bucket is None else G.GemvConfig(**tall[bucket])
       assert G.gemv_config(fmt, batch, G.TALL_ROWS) == want
+      # No default lets the tensor cores' truncating accumulation run over all of K
+      # (GemvConfig.chain_dots: 18-55x the error on the H200,
+      # benchmarks/results/gemv_chain_accuracy_h200_20261130.txt).
+      assert not cfg.chain_dots and not want.chain_dots
 
 
 @pytest.mark.parametrize("name,batch", [(f, b) for f, t in G.TALL_CONFIGS.items()
