@@ -115,11 +115,12 @@ def probe_args(name: str, n: int, k: int, batch: int, copies: int) -> list[tuple
 
 
 def gemv_device_us(plan: G.FormatPlan, cfg: G.GemvConfig | None, n: int, k: int, args, *,
-                   warmup: int = 10, runs: int = 3):
+                   warmup: int = 10, runs: int = 3, breakdown: bool = False):
   """The probes' measurement: gemv_pallas over R argument tuples (words, scales, tensor
   scale, x) in one compiled call, `warmup` calls, then `runs` calls under JAX's profiler.
   Returns (median device time of the fp8lab_gemv kernel in us, device time of all the call's
-  kernels per GEMV in us, copy 0's output as numpy)."""
+  kernels per GEMV in us, copy 0's output as numpy), and with `breakdown` a fourth item:
+  {kernel name without the unrolled copies' ".N" suffix: device us per GEMV}."""
   f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
   comp = timing.compile_unrolled(f, args)
   for _ in range(warmup):
@@ -128,7 +129,14 @@ def gemv_device_us(plan: G.FormatPlan, cfg: G.GemvConfig | None, n: int, k: int,
   dev = timing.device_kernel_times(comp, args, runs=runs)
   kern = [d for name, ds in dev.items() if "fp8lab_gemv" in name for d in ds]
   op = sum(sum(ds) for ds in dev.values()) / (runs * len(args))
-  return float(np.median(kern)), float(op), np.asarray(out[0])
+  res = float(np.median(kern)), float(op), np.asarray(out[0])
+  if not breakdown:
+    return res
+  per: dict[str, float] = {}
+  for name, ds in dev.items():
+    base = re.sub(r"(\.\d+)+$", "", name)
+    per[base] = per.get(base, 0.0) + sum(ds) / (runs * len(args))
+  return (*res, per)
 
 
 def dequantize64(name: str, words, scales, ts, n: int, k: int) -> np.ndarray:

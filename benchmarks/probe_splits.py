@@ -13,7 +13,8 @@ PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
   PYTHONPATH=. OUT=/tmp/out python3 benchmarks/probe_splits.py        # on the GPU
   PROBE_WORK=batches | mx | decode | mx_shapes | sparse | wide: other work lists (below);
   PROBE_CUSTOM: a work list of your own (below);
-  PROBE_FORMATS=mxfp4,mxfp8 keeps some formats' rows.
+  PROBE_FORMATS=mxfp4,mxfp8 keeps some formats' rows;
+  PROBE_KERNELS=1 prints every kernel of the op (x's preparation: XLA fusions) per GEMV.
 Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
 gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt,
 gemv_pair_decode_h200_20261130.txt and gemv_mx_first_loop_h200_20261130.txt (decode,
@@ -180,12 +181,12 @@ for name, n, k, b, cands, *sparse in WORK:
       break
     cfg = G.GemvConfig(*c)
     try:
-      kern, op, out = gemv_device_us(plan, cfg, n, k, args)
+      kern, op, out, per = gemv_device_us(plan, cfg, n, k, args, breakdown=True)
     except Exception as e:                       # a config that does not compile: say so
       print(f"{name} {n}x{k} B{b} {c} FAILED {type(e).__name__}: {str(e)[:200]}", flush=True)
       continue
     rows.append(dict(format=name, n=n, k=k, batch=b, config=c, kernel_us=kern, op_us=op,
-                     zero_blocks=pattern or None))
+                     kernels_us=per, zero_blocks=pattern or None))
     save()
     zb = f" zero blocks {pattern or 'none'}" if sparse else ""
     if first is None:
@@ -195,4 +196,7 @@ for name, n, k, b, cands, *sparse in WORK:
     rows[-1]["same_bits_as_first"] = bool(same)
     print(f"{name:8s} {n}x{k} B{b:<2d} {str(c):28s} kernel {kern:7.1f}  op {op:7.1f}{zb}"
           f"{'' if same else '  (bits differ from the first config)'}", flush=True)
+    if os.environ.get("PROBE_KERNELS") == "1":     # every kernel of the op, us per GEMV
+      print("    " + ", ".join(f"{kn} {us:.1f}" for kn, us in sorted(per.items(),
+                                                                key=lambda t: -t[1])), flush=True)
 print(f"done in {time.time() - T0:.0f} s", flush=True)
