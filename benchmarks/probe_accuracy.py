@@ -8,7 +8,7 @@ chain may drift towards zero. This probe measures it: random finite weights
 batch with chain_dots False and True, against the float64 product of the golden-model
 dequantized weights (gpu_tune.dequantize64). Per case, with e = y - y64 and
 m = |x| @ |W|^T (the scale of the rounding errors):
-  max|e| / max|y64|   the benchmark's agreement metric,
+  max|e| / max|y64|   the benchmark's agreement metric (there against the reference path),
   max(|e| / m) / u    the error in units of u = 2^-24 (the documented bound is 2 (k + 7)),
   mean(e sign(y64) / m) / u   the signed drift (negative: towards zero).
 No timing. JSON in $OUT/probe_accuracy.json.

@@ -139,12 +139,12 @@ class GemvConfig:
       K steps. False: acc + (dot_0 + dot_1 + ...), whose planes chain the same way but
       whose last add stays a float32 add per accumulator value and K step (25% of e4m3's
       instructions at batch 64 under Nsight Compute), with more registers live. True is
-      1.3-1.5x faster at batch 64 (16384^2; nvfp4 alike), within a few percent elsewhere, but
-      less accurate: the tensor cores' float32 accumulation truncates, and over all of K
-      it drifts towards zero (on the H200 at 16384^2: worst errors of 12-105 u of
-      |x| @ |W|^T against 0.3-3.8 u unchained, u = 2^-24; both inside the documented
-      bound). Measurements beside DEFAULT_CONFIGS, which all keep False. Where every sum
-      is exact both give the same bits.
+      1.3-1.5x faster at batch 64 (16384^2; nvfp4 alike), within 1-4% at batches 1-16
+      (mxfp4 at batch 16: 12% slower), but less accurate: the tensor cores' float32
+      accumulation truncates, and over all of K it drifts towards zero (on the H200 at
+      16384^2: worst errors of 12-105 u of |x| @ |W|^T against 0.3-3.8 u unchained,
+      u = 2^-24; both inside the documented bound). Measurements beside DEFAULT_CONFIGS,
+      which all keep False. Where every sum is exact both give the same bits.
   """
   block_rows: int
   block_k: int
