@@ -688,6 +688,26 @@ def test_split_k_gives_the_same_exact_sums(name, k_splits):
   np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
 
 
+def _scaled_integer_case(name: str, batch: int, seed: int, xdt, default_decodes=False):
+  """Small-integer weights of format `name` and x of `batch` rows, each row scaled by its own
+  power of two (so each program reads its own rows' maxima), at (37 or 1000, 1000) here and
+  SHAPE on the GPU: every sum is exact in float32. Returns run(config) -> y (gemv_pallas,
+  integer decodes, or with `default_decodes` those gemv_packed would choose) and the exact
+  float64 product."""
+  rng = np.random.default_rng(seed % 2**32)
+  n, k = (SHAPE[0], 1000) if not ON_GPU else SHAPE
+  w, deq = _integer_weight(name, n, k, rng)
+  xv = rng.integers(-3, 4, (batch, k)) * 2.0 ** rng.integers(-6, 7, (batch, 1))
+  xv = xv.astype(np.float32)
+  decodes = (dict(native_fp8=G.native_fp8_requested(INTERPRET),
+                  asm_e2m1=G.asm_e2m1_default(INTERPRET)) if default_decodes else {})
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None,
+                       **decodes)
+  run = lambda cfg: G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv, xdt),
+                                  plan=plan, n_out=n, k=k, config=cfg, interpret=INTERPRET)
+  return run, xv.astype(np.float64) @ deq.T
+
+
 @pytest.mark.parametrize("name", ["e4m3", "mxfp4", "mxfp8", "nvfp4", "bf16"])
 @pytest.mark.parametrize("xdt", [jnp.float32, jnp.float16])
 @pytest.mark.parametrize("batch,batch_block,k_splits",
@@ -698,23 +718,13 @@ def test_batch_blocks_give_the_same_exact_sums(name, xdt, batch, batch_block, k_
   block reads its rows' maxima and columns): every sum is exact in float32, so the result
   must be the float64 product (rounded to float16 for float16 x), the same bits as one block
   for the whole batch."""
-  rng = np.random.default_rng(hash((name, batch, batch_block)) % 2**32)
-  n, k = (SHAPE[0], 1000) if not ON_GPU else SHAPE
-  w, deq = _integer_weight(name, n, k, rng)
-  xv = rng.integers(-3, 4, (batch, k)) * 2.0 ** rng.integers(-6, 7, (batch, 1))
-  xv = xv.astype(np.float32)
-  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None)
-
-  def run(bb):
-    return G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv, xdt), plan=plan,
-                         n_out=n, k=k, config=G.GemvConfig(16, 16, 4, 3, k_splits=k_splits,
-                                                            batch_block=bb),
-                         interpret=INTERPRET)
-  y = run(batch_block)
+  run, y64 = _scaled_integer_case(name, batch, hash((name, batch, batch_block)), xdt)
+  cfg = lambda bb: G.GemvConfig(16, 16, 4, 3, k_splits=k_splits, batch_block=bb)
+  y = run(cfg(batch_block))
   # y is in x's dtype: the exact float32 sum rounded once to float16 for float16 x
-  want = (xv.astype(np.float64) @ deq.T).astype(np.dtype(xdt)).astype(np.float64)
+  want = y64.astype(np.dtype(xdt)).astype(np.float64)
   np.testing.assert_array_equal(np.asarray(y, np.float64), want)
-  np.testing.assert_array_equal(_bits(y), _bits(run(0)))
+  np.testing.assert_array_equal(_bits(y), _bits(run(cfg(0))))
 
 
 def _far_apart_mxfp4(seed: int, batch: int):
@@ -754,23 +764,13 @@ def test_chained_dots_give_the_same_exact_sums(name, batch, batch_block, k_split
   """GemvConfig.chain_dots (each plane's dot added to the accumulator in turn) on small
   integers, with K splits and batch blocks: every sum is exact, so both orders must give
   the float64 product, the same bits."""
-  rng = np.random.default_rng(hash((name, batch, "chain")) % 2**32)
-  n, k = (SHAPE[0], 1000) if not ON_GPU else SHAPE
-  w, deq = _integer_weight(name, n, k, rng)
-  xv = rng.integers(-3, 4, (batch, k)) * 2.0 ** rng.integers(-6, 7, (batch, 1))
-  xv = xv.astype(np.float32)
-  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None,
-                       native_fp8=G.native_fp8_requested(INTERPRET),
-                       asm_e2m1=G.asm_e2m1_default(INTERPRET))
-
-  def run(chain):
-    cfg = G.GemvConfig(16, 16, 4, 3, k_splits=k_splits, batch_block=batch_block,
-                       chain_dots=chain)
-    return G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv), plan=plan,
-                         n_out=n, k=k, config=cfg, interpret=INTERPRET)
-  y = run(True)
-  np.testing.assert_array_equal(np.asarray(y, np.float64), xv.astype(np.float64) @ deq.T)
-  np.testing.assert_array_equal(_bits(y), _bits(run(False)))
+  run, want = _scaled_integer_case(name, batch, hash((name, batch, "chain")), jnp.float32,
+                                   default_decodes=True)
+  cfg = lambda chain: G.GemvConfig(16, 16, 4, 3, k_splits=k_splits, batch_block=batch_block,
+                                   chain_dots=chain)
+  y = run(cfg(True))
+  np.testing.assert_array_equal(np.asarray(y, np.float64), want)
+  np.testing.assert_array_equal(_bits(y), _bits(run(cfg(False))))
 
 
 def test_chained_dots_with_the_mx_exact_path():
