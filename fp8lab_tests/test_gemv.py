@@ -757,6 +757,40 @@ def test_batch_blocks_with_the_mx_exact_path():
   np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
+@pytest.mark.parametrize("pw,layout", [(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")])
+@pytest.mark.parametrize("xdt", [jnp.float32, jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize("n_b,bp,bb,tw", [(13, 16, 16, 8), (20, 32, 8, 4)])
+def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp, bb, tw):
+  """_prep_x_pallas (gemv_launch's x preparation on a GPU from 16 rows on) writes the bits
+  of XLA's _prep_x: x of raw bit patterns (subnormals, Inf and NaN; one row of normal
+  numbers), k not a multiple of the words, rows and words padded, batch blocks, several
+  programs (kw_pad / tw)."""
+  rng = np.random.default_rng([pw, n_b, tw, len(layout), np.dtype(xdt).itemsize])
+  k, kw_pad = 23 * pw + 5, 32
+  nbits = 8 * np.dtype(xdt).itemsize
+  bits = rng.integers(0, 2**nbits, (n_b, k), dtype=np.uint64).astype(f"uint{nbits}")
+  xv = bits.view(np.dtype(xdt))
+  xv[0] = rng.standard_normal(k) * 1000
+  x = jnp.asarray(xv)
+  want, a = G._prep_x(x, pw, kw_pad, jnp.float16, bp, layout, bb)
+  got = G._prep_x_pallas(x, pw, kw_pad, jnp.float16, bp, layout, bb, a, tw, 1,
+                         interpret=INTERPRET)
+  assert got.shape == want.shape and got.dtype == want.dtype
+  np.testing.assert_array_equal(np.asarray(got).view(np.uint16),
+                                np.asarray(want).view(np.uint16))
+
+
+def test_xprep_kernel_checks_its_tiles():
+  x = jnp.ones((3, 40), jnp.float32)
+  a = G._row_max(x)
+  with pytest.raises(ValueError, match="words per program"):
+    G._prep_x_pallas(x, 4, 12, jnp.float16, 4, "code", 4, a, 8, 1, interpret=True)
+  with pytest.raises(ValueError, match="row maxima missing"):
+    G._prep_x_pallas(x, 4, 16, jnp.float16, 4, "code", 4, None, 8, 1, interpret=True)
+  with pytest.raises(ValueError, match="float16 parts only"):
+    G._prep_x_pallas(x, 4, 16, jnp.bfloat16, 4, "code", 4, None, 8, 1, interpret=True)
+
+
 @pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "f16",
                                   "bf16"])
 @pytest.mark.parametrize("batch,batch_block,k_splits", [(3, 0, 1), (20, 8, 2)])
@@ -1109,10 +1143,12 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
                              lowering_platforms=("cuda",))
   finally:
     triton_lowering.lower_jaxpr_to_triton_module = real
-  assert len(captured) == 2
-  for ir in captured:
-    assert "tt.func" in ir and "fp8lab_gemv" in ir
+  for ir in captured:                      # the GEMV and, at batch 16, x's preparation
+    assert "tt.func" in ir
     assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)
+  gemvs = [ir for ir in captured if "fp8lab_gemv" in ir]
+  assert len(gemvs) == 2 and len(captured) == 2 + G._use_xprep_kernel(plan, 16, False)
+  for ir in gemvs:
     cvts = re.findall(r"cvt\.rn\.f16x2\.(e4m3|e5m2)x2", ir)
     assert cvts == ([elem] * 4 if plan.native_fp8 else ["e4m3"] if plan.native_scale
                     else []), cvts

@@ -787,16 +787,16 @@ def _row_max(x: jax.Array) -> jax.Array:
 def _x_shift(a: jax.Array) -> jax.Array:
   """s = _F16_X_EXP - floor(log2(a)) for row maxima a (_row_max), from the exponent field
   (subnormal maxima count as -127; a = 0 gives e = 0): x * 2^s has its largest |x| in
-  [2^14, 2^15). Used by _x_parts and, on the same a, by the kernel's epilogue."""
+  [2^14, 2^15). Used by _x_part_list and, on the same a, by the GEMV's epilogue."""
   e = (lax.bitcast_convert_type(a, jnp.uint32) >> _U(23)).astype(jnp.int32) - 127
   return _F16_X_EXP - jnp.where(a > 0, e, 0)
 
 
 def _scale_pow2(x: jax.Array, s: jax.Array) -> jax.Array:
-  """x * 2^s per row, s up to +-252, in two exact steps (no 2^s overflow)."""
+  """x * 2^s (s broadcast against x), s up to +-252, in two exact steps (no 2^s overflow)."""
   s1 = jnp.clip(s // 2, -126, 126)
   s2 = jnp.clip(s - s1, -126, 126)
-  return x * _exp2_exact(s1)[:, None] * _exp2_exact(s2)[:, None]
+  return x * _exp2_exact(s1) * _exp2_exact(s2)
 
 
 # Target exponent of max|x| for x's float16 parts: max in [2^14, 2^15) < 65504.
@@ -811,6 +811,11 @@ def split_bf16_parts(x: jax.Array, n_parts: int) -> jax.Array:
   float32 x with n_parts = 3 (float16 inputs: 2; bfloat16: 1), unless a remainder falls
   below float32's normal range (|x| < 2^-110 or so), where low bits may be lost.
   """
+  return jnp.stack(_bf16_parts(x, n_parts))
+
+
+def _bf16_parts(x: jax.Array, n_parts: int) -> list[jax.Array]:
+  """split_bf16_parts as a list (elementwise ops only: _xprep_kernel runs it too)."""
   parts = []
   r = x.astype(jnp.float32)
   for p in range(n_parts):
@@ -822,7 +827,7 @@ def split_bf16_parts(x: jax.Array, n_parts: int) -> jax.Array:
     bits16 = (lax.bitcast_convert_type(hi, jnp.uint32) >> _U(16)).astype(jnp.uint16)
     parts.append(lax.bitcast_convert_type(bits16, jnp.bfloat16))
     r = r - hi
-  return jnp.stack(parts)
+  return parts
 
 
 def split_f16_parts(x: jax.Array) -> jax.Array:
@@ -833,9 +838,14 @@ def split_f16_parts(x: jax.Array) -> jax.Array:
   |x| < 2^-14 (float16 subnormals). Cut by masking bits, not by a float round trip that
   XLA may elide (NUMERICS.md section 9).
   """
+  return jnp.stack(_f16_parts(x))
+
+
+def _f16_parts(x: jax.Array) -> list[jax.Array]:
+  """split_f16_parts as a list (elementwise ops only: _xprep_kernel runs it too)."""
   hi = lax.bitcast_convert_type(lax.bitcast_convert_type(x, jnp.uint32) & _U(0xFFFFE000),
                                 jnp.float32)
-  return jnp.stack([hi.astype(jnp.float16), (x - hi).astype(jnp.float16)])
+  return [hi.astype(jnp.float16), (x - hi).astype(jnp.float16)]
 
 
 # Split K only when the row blocks alone leave SMs idle: fewer programs than the H200's 132
@@ -921,17 +931,33 @@ def _n_slots(xdt, operand) -> int:
   return 1 if jnp.dtype(xdt) == jnp.float16 else 2
 
 
-def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array | None]:
-  """x (B, k) -> its exact parts (P, B, k) as `operand` (float16 / bfloat16), and the row
-  maxima a (_row_max) if x was multiplied by 2^_x_shift(a) per row before the split (None
-  where it was not scaled)."""
-  x32 = x.astype(jnp.float32)
+def _x_scaled(x_dtype, operand) -> bool:
+  """Whether x's parts as `operand` are taken after a power-of-two scale per row: float32 /
+  bfloat16 x as float16 parts (float16's range is narrower). The scale is 2^_x_shift(a)
+  for the row maxima a (_row_max), which the GEMV's epilogue undoes (col_factors)."""
+  return operand == jnp.float16 and jnp.dtype(x_dtype) != jnp.float16
+
+
+def _x_part_list(x: jax.Array, x_dtype, operand, shift: jax.Array | None) -> list[jax.Array]:
+  """x's exact parts as `operand`: a list of _n_slots arrays of x's shape (float32 x: 3
+  bfloat16 parts and a zero 4th), of x * 2^shift (shift broadcast against x) where
+  _x_scaled. Elementwise ops only: XLA's preparation and _xprep_kernel both run it."""
   if operand == jnp.bfloat16:
-    return split_bf16_parts(x32, _BF16_PARTS[jnp.dtype(x.dtype)]), None
-  if jnp.dtype(x.dtype) == jnp.float16:
-    return x[None], None                                   # exact, one part
-  a = _row_max(x32)
-  return split_f16_parts(_scale_pow2(x32, _x_shift(a))), a
+    parts = _bf16_parts(x.astype(jnp.float32), _BF16_PARTS[jnp.dtype(x_dtype)])
+  elif shift is None:
+    parts = [x.astype(jnp.float16)]                        # float16 x: exact, one part
+  else:
+    parts = _f16_parts(_scale_pow2(x.astype(jnp.float32), shift))
+  return parts + [jnp.zeros_like(parts[0])] * (_n_slots(x_dtype, operand) - len(parts))
+
+
+def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array | None]:
+  """x (B, k) -> its exact parts (n_slots, B, k) as `operand` (float16 / bfloat16), and
+  the row maxima a (_row_max) if x was multiplied by 2^_x_shift(a) per row before the split
+  (None where it was not scaled)."""
+  a = _row_max(x.astype(jnp.float32)) if _x_scaled(x.dtype, operand) else None
+  shift = None if a is None else _x_shift(a)[:, None]
+  return jnp.stack(_x_part_list(x, x.dtype, operand, shift)), a
 
 
 def _pair_layout(plan: FormatPlan) -> str:
@@ -956,8 +982,8 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
   of x row c * bb + j."""
   n_b, k = x.shape
   parts, a = _x_parts(x, operand)
-  n_slots = _n_slots(x.dtype, operand)
-  parts = jnp.pad(parts, ((0, n_slots - parts.shape[0]), (0, bp - n_b),
+  n_slots = parts.shape[0]
+  parts = jnp.pad(parts, ((0, 0), (0, bp - n_b),
                           (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
   cols = n_slots * bp
   if bb is not None and bb < bp:                 # (n_slots, blocks, bb, K) -> blocks first
@@ -966,6 +992,79 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
   xp = parts.reshape(cols, kw_pad // 2, *sizes)            # (N, word pair, digits...)
   xin = jnp.transpose(xp, (*[2 + d for d in order[:-1]], 1, 2 + order[-1], 0))
   return xin.reshape(per_word, kw_pad, cols), a
+
+
+def _xprep_kernel(*refs, n_b: int, k: int, pw: int, kw_pad: int, tw: int, bp: int, bb: int,
+                  operand, layout: str, scaled: bool):
+  """One program of _prep_x_pallas: words [w0, w0 + tw) of every plane of x's parts, all
+  batch blocks. x (flat (n_b * k,)) is read once per element, one (bb, tw / 2) load per
+  position o in a pair of words (elements o, o + 2 pw, ...: a stride of 2 pw in the row);
+  rows >= n_b and elements >= k read as zero. Each load's parts are stored transposed in
+  the rows of the plane and parity unpack.pair_offsets gives position o."""
+  x_ref, o_ref = refs[0], refs[-1]
+  a_ref = refs[1] if scaled else None
+  w0 = pl.program_id(0) * tw
+  j = lax.iota(jnp.int32, tw // 2)               # word pairs of the program
+  offsets = unpack.pair_offsets(layout, pw)
+  n_slots = _n_slots(x_ref.dtype, operand)
+  for c in range(bp // bb):                      # batch blocks of bb rows
+    rows = c * bb + lax.iota(jnp.int32, bb)
+    safe_rows = jnp.minimum(rows, n_b - 1)
+    shift = None
+    if scaled:
+      a = plgpu.load(a_ref.at[safe_rows], mask=rows < n_b, other=0.0)
+      shift = _x_shift(a)[:, None]
+    for o in range(2 * pw):                      # position in a pair of words
+      kk = w0 * pw + o + 2 * pw * j
+      xv = plgpu.load(x_ref.at[safe_rows[:, None] * k + jnp.minimum(kk, k - 1)[None, :]],
+                      mask=(rows < n_b)[:, None] & (kk < k)[None, :], other=0)
+      plane, g = (int(v[0]) for v in np.nonzero(offsets == o))
+      out_rows = (plane * kw_pad + w0 + g + 2 * j) * (n_slots * bp)
+      for slot, part in enumerate(_x_part_list(xv, x_ref.dtype, operand, shift)):
+        col = c * n_slots * bb + slot * bb + lax.iota(jnp.int32, bb)
+        plgpu.store(o_ref.at[out_rows[:, None] + col[None, :]], part.T)
+
+
+def _prep_x_pallas(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
+                   layout: str, bb: int, a: jax.Array | None, tw: int, num_warps: int,
+                   interpret: bool = False) -> jax.Array:
+  """_prep_x's float16 right operand (pw, kw_pad, n_slots * bp), the same bits, in one Pallas
+  kernel (_xprep_kernel) of kw_pad / tw programs; a: x's row maxima where _x_scaled (the
+  GEMV takes the same array). XLA's version (_prep_x) gathers x at a stride of k for each
+  output row; this reads it along the rows (see _use_xprep_kernel for where it is used)."""
+  n_b, k = x.shape
+  if operand != jnp.float16:
+    raise ValueError(f"x preparation kernel: float16 parts only, not {jnp.dtype(operand)} "
+                     "(_prep_x makes those)")
+  if kw_pad % tw or tw % 2 or bp % bb or (a is not None) != _x_scaled(x.dtype, operand):
+    raise ValueError(f"x preparation: {tw} words per program for {kw_pad} words, {bb} of "
+                     f"{bp} rows, row maxima {'given' if a is not None else 'missing'}")
+  kernel = functools.partial(_xprep_kernel, n_b=n_b, k=k, pw=per_word, kw_pad=kw_pad,
+                             tw=tw, bp=bp, bb=bb, operand=operand, layout=layout,
+                             scaled=a is not None)
+  n_cols = _n_slots(x.dtype, operand) * bp
+  out = pl.pallas_call(
+      kernel, out_shape=jax.ShapeDtypeStruct((per_word * kw_pad * n_cols,), operand),
+      grid=(kw_pad // tw,),
+      compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=1),
+      interpret=interpret, name="fp8lab_xprep",
+  )(x.reshape(-1), *([] if a is None else [a]))
+  return out.reshape(per_word, kw_pad, n_cols)
+
+
+# _prep_x_pallas against XLA's _prep_x on the H200 (x preparation's device time per GEMV,
+# float32 x, benchmarks/results/gemv_xprep_h200_20261130.txt): 16384^2 e4m3 batch 16 2.8 vs
+# 3.8 us, batch 64 6.0 vs 12.9, 4096 x 14336 batch 64 5.3 vs 11.7, nvfp4 batch 64 7.8 vs 13.2;
+# at batches up to 4 it lost (2.0-2.7 vs 1.9), for MX formats (a second, bfloat16 operand:
+# 16384^2 mxfp4 batch 64 26.1 vs 15.4) and for the 2-per-word formats (bf16 batch 16 2.9 vs
+# 2.4). Those keep XLA's. 32 elements of each row per program, 16 per thread.
+_XPREP_MIN_ROWS = 16
+
+
+def _use_xprep_kernel(plan: FormatPlan, bp: int, interpret: bool) -> bool:
+  """Whether gemv_launch prepares x with _prep_x_pallas (measured faster there, above)."""
+  return (not interpret and bp >= _XPREP_MIN_ROWS and plan.per_word >= 4
+          and plan.scale_kind != "e8m0")
 
 
 def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
@@ -999,7 +1098,12 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if plan.scale_kind:
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
-  xin, x_max = _prep_x(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb)
+  if _use_xprep_kernel(plan, bp, interpret):
+    x_max = _row_max(x.astype(jnp.float32)) if _x_scaled(x.dtype, operand) else None
+    xin = _prep_x_pallas(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb, x_max,
+                         tw=32 // pw, num_warps=min(8, bp // 16))
+  else:
+    xin, x_max = _prep_x(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb)
   operands += [xin] + ([] if x_max is None else [x_max])
   if mx:    # the exact fallback's operands: bfloat16 parts (never scaled)
     operands.append(_prep_x(x, pw, kw_pad, jnp.bfloat16, bp, bb=bb)[0])
