@@ -24,7 +24,9 @@ with x_i[j, c] = column c of x at the element whose code plane i holds in its co
 code i of word j (element per_word * j + i) for the shift-and-mask route; the asm and
 native decodes take the two codes of an MMA register pair from one word, so their planes
 permute codes within each pair of words (unpack.PAIR_LAYOUTS). x is rearranged outside
-the kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded. The N
+the kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded (XLA's
+_prep_x, or from 16 rows on for most formats a Pallas kernel of its own, _prep_x_pallas:
+the same bits, see _use_xprep_kernel). The N
 columns hold the batch (padded to a power of two, Bp) once per x *part*: float32 x is not
 a tensor-core operand, so it is cut into parts that sum to it exactly and each part is a
 slot of Bp columns; one dot covers all parts and all batch rows, so a batch of 1..Bp costs
