@@ -25,7 +25,7 @@ code i of word j (element per_word * j + i) for the shift-and-mask route; the as
 native decodes take the two codes of an MMA register pair from one word, so their planes
 permute codes within each pair of words (unpack.PAIR_LAYOUTS). x is rearranged outside
 the kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded (XLA's
-_prep_x, or from 16 rows on for most formats a Pallas kernel of its own, _prep_x_pallas:
+_prep_x, or from 16 rows on for 4 / 8 codes per word a Pallas kernel, _prep_x_pallas:
 the same bits, see _use_xprep_kernel). The N
 columns hold the batch (padded to a power of two, Bp) once per x *part*: float32 x is not
 a tensor-core operand, so it is cut into parts that sum to it exactly and each part is a
@@ -1056,17 +1056,18 @@ def _prep_x_pallas(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
 
 # _prep_x_pallas against XLA's _prep_x on the H200 (x preparation's device time per GEMV,
 # float32 x, benchmarks/results/gemv_xprep_h200_20261130.txt): 16384^2 e4m3 batch 16 2.8 vs
-# 3.8 us, batch 64 6.0 vs 12.9, 4096 x 14336 batch 64 5.3 vs 11.7, nvfp4 batch 64 7.8 vs 13.2;
-# at batches up to 4 it lost (2.0-2.7 vs 1.9), for MX formats (a second, bfloat16 operand:
-# 16384^2 mxfp4 batch 64 26.1 vs 15.4) and for the 2-per-word formats (bf16 batch 16 2.9 vs
-# 2.4). Those keep XLA's. 32 elements of each row per program, 16 per thread.
+# 3.8 us, batch 64 6.0 vs 12.9, 4096 x 14336 batch 64 5.3 vs 11.7, nvfp4 batch 64 7.8 vs 13.2,
+# mxfp8 batch 64 7.3 vs 12.8 (MX: the float16 operand; the exact path's bfloat16 one stays
+# XLA's, a tiled transpose there); at batches up to 4 it lost (2.0-2.7 vs 1.9), and for the
+# 2-per-word formats (bf16 batch 16 2.9 vs 2.4): those keep XLA's. 32 elements of each row
+# per program, 16 per thread.
 _XPREP_MIN_ROWS = 16
 
 
 def _use_xprep_kernel(plan: FormatPlan, bp: int, interpret: bool) -> bool:
-  """Whether gemv_launch prepares x with _prep_x_pallas (measured faster there, above)."""
-  return (not interpret and bp >= _XPREP_MIN_ROWS and plan.per_word >= 4
-          and plan.scale_kind != "e8m0")
+  """Whether gemv_launch prepares x's float16 operand with _prep_x_pallas (measured faster
+  there, above)."""
+  return not interpret and bp >= _XPREP_MIN_ROWS and plan.per_word >= 4
 
 
 def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
