@@ -940,6 +940,11 @@ def _x_scaled(x_dtype, operand) -> bool:
   return operand == jnp.float16 and jnp.dtype(x_dtype) != jnp.float16
 
 
+def _x_row_max(x: jax.Array, operand) -> jax.Array | None:
+  """The row maxima a (_row_max) of x (B, k) where _x_scaled, else None."""
+  return _row_max(x.astype(jnp.float32)) if _x_scaled(x.dtype, operand) else None
+
+
 def _x_part_list(x: jax.Array, x_dtype, operand, shift: jax.Array | None) -> list[jax.Array]:
   """x's exact parts as `operand`: a list of _n_slots arrays of x's shape (float32 x: 3
   bfloat16 parts and a zero 4th), of x * 2^shift (shift broadcast against x) where
@@ -957,7 +962,7 @@ def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array | None]:
   """x (B, k) -> its exact parts (n_slots, B, k) as `operand` (float16 / bfloat16), and
   the row maxima a (_row_max) if x was multiplied by 2^_x_shift(a) per row before the split
   (None where it was not scaled)."""
-  a = _row_max(x.astype(jnp.float32)) if _x_scaled(x.dtype, operand) else None
+  a = _x_row_max(x, operand)
   shift = None if a is None else _x_shift(a)[:, None]
   return jnp.stack(_x_part_list(x, x.dtype, operand, shift)), a
 
@@ -1102,7 +1107,7 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
     nbk = scales.shape[-1]
     operands.append(scales.reshape(-1))
   if _use_xprep_kernel(plan, bp, interpret):
-    x_max = _row_max(x.astype(jnp.float32)) if _x_scaled(x.dtype, operand) else None
+    x_max = _x_row_max(x, operand)
     xin = _prep_x_pallas(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb, x_max,
                          tw=32 // pw, num_warps=min(8, bp // 16))
   else:
