@@ -14,7 +14,7 @@ PROBE_BUDGET_S seconds. JSON in $OUT/probe_splits.json.
   PROBE_WORK=batches | mx | decode | mx_shapes | sparse | wide: other work lists (below);
   PROBE_CUSTOM: a work list of your own (below);
   PROBE_FORMATS=mxfp4,mxfp8 keeps some formats' rows;
-  PROBE_KERNELS=1 prints every kernel of the op (x's preparation: XLA fusions) per GEMV.
+  PROBE_KERNELS=1 prints every kernel of the op (x's preparation: XLA fusions, fp8lab_xprep).
 Results: benchmarks/results/gemv_splits_h200_20261130.txt (default list),
 gemv_batches_h200_20261130.txt, gemv_mx_configs_h200_20261130.txt,
 gemv_pair_decode_h200_20261130.txt and gemv_mx_first_loop_h200_20261130.txt (decode,
