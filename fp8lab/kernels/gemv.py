@@ -179,9 +179,8 @@ class GemvConfig:
                        f"tiles), got {self.block_rows}, {self.block_k}")
 
 
-def _cfg(br, bk, nw=4, ns=3, bb=0, chain=False):
-  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns, batch_block=bb,
-              chain_dots=chain)
+def _cfg(br, bk, nw=4, ns=3, bb=0):
+  return dict(block_rows=br, block_k=bk, num_warps=nw, num_stages=ns, batch_block=bb)
 
 
 # Launch configurations per format and batch bucket (the smallest bucket >= the batch
