@@ -1001,7 +1001,7 @@ def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
 
 
 def _xprep_kernel(*refs, n_b: int, k: int, pw: int, kw_pad: int, tw: int, bp: int, bb: int,
-                  operand, layout: str, scaled: bool):
+                  layout: str, scaled: bool):
   """One program of _prep_x_pallas: words [w0, w0 + tw) of every plane of x's parts, all
   batch blocks. x (flat (n_b * k,)) is read once per element, one (bb, tw / 2) load per
   position o in a pair of words (elements o, o + 2 pw, ...: a stride of 2 pw in the row);
@@ -1012,7 +1012,7 @@ def _xprep_kernel(*refs, n_b: int, k: int, pw: int, kw_pad: int, tw: int, bp: in
   w0 = pl.program_id(0) * tw
   j = lax.iota(jnp.int32, tw // 2)               # word pairs of the program
   offsets = unpack.pair_offsets(layout, pw)
-  n_slots = _n_slots(x_ref.dtype, operand)
+  n_slots = _n_slots(x_ref.dtype, jnp.float16)
   for c in range(bp // bb):                      # batch blocks of bb rows
     rows = c * bb + lax.iota(jnp.int32, bb)
     safe_rows = jnp.minimum(rows, n_b - 1)
@@ -1026,31 +1026,27 @@ def _xprep_kernel(*refs, n_b: int, k: int, pw: int, kw_pad: int, tw: int, bp: in
                       mask=(rows < n_b)[:, None] & (kk < k)[None, :], other=0)
       plane, g = (int(v[0]) for v in np.nonzero(offsets == o))
       out_rows = (plane * kw_pad + w0 + g + 2 * j) * (n_slots * bp)
-      for slot, part in enumerate(_x_part_list(xv, x_ref.dtype, operand, shift)):
+      for slot, part in enumerate(_x_part_list(xv, x_ref.dtype, jnp.float16, shift)):
         col = c * n_slots * bb + slot * bb + lax.iota(jnp.int32, bb)
         plgpu.store(o_ref.at[out_rows[:, None] + col[None, :]], part.T)
 
 
-def _prep_x_pallas(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
-                   layout: str, bb: int, a: jax.Array | None, tw: int, num_warps: int,
+def _prep_x_pallas(x: jax.Array, per_word: int, kw_pad: int, bp: int, layout: str, bb: int,
+                   a: jax.Array | None, tw: int, num_warps: int,
                    interpret: bool = False) -> jax.Array:
   """_prep_x's float16 right operand (pw, kw_pad, n_slots * bp), the same bits, in one Pallas
   kernel (_xprep_kernel) of kw_pad / tw programs; a: x's row maxima where _x_scaled (the
   GEMV takes the same array). XLA's version (_prep_x) gathers x at a stride of k for each
   output row; this reads it along the rows (see _use_xprep_kernel for where it is used)."""
   n_b, k = x.shape
-  if operand != jnp.float16:
-    raise ValueError(f"x preparation kernel: float16 parts only, not {jnp.dtype(operand)} "
-                     "(_prep_x makes those)")
-  if kw_pad % tw or tw % 2 or bp % bb or (a is not None) != _x_scaled(x.dtype, operand):
+  if kw_pad % tw or tw % 2 or bp % bb or (a is not None) != _x_scaled(x.dtype, jnp.float16):
     raise ValueError(f"x preparation: {tw} words per program for {kw_pad} words, {bb} of "
                      f"{bp} rows, row maxima {'given' if a is not None else 'missing'}")
   kernel = functools.partial(_xprep_kernel, n_b=n_b, k=k, pw=per_word, kw_pad=kw_pad,
-                             tw=tw, bp=bp, bb=bb, operand=operand, layout=layout,
-                             scaled=a is not None)
-  n_cols = _n_slots(x.dtype, operand) * bp
+                             tw=tw, bp=bp, bb=bb, layout=layout, scaled=a is not None)
+  n_cols = _n_slots(x.dtype, jnp.float16) * bp
   out = pl.pallas_call(
-      kernel, out_shape=jax.ShapeDtypeStruct((per_word * kw_pad * n_cols,), operand),
+      kernel, out_shape=jax.ShapeDtypeStruct((per_word * kw_pad * n_cols,), jnp.float16),
       grid=(kw_pad // tw,),
       compiler_params=plgpu.CompilerParams(num_warps=num_warps, num_stages=1),
       interpret=interpret, name="fp8lab_xprep",
@@ -1071,7 +1067,8 @@ _XPREP_MIN_ROWS = 16
 def _use_xprep_kernel(plan: FormatPlan, bp: int, interpret: bool) -> bool:
   """Whether gemv_launch prepares x's float16 operand with _prep_x_pallas (measured faster
   there, above)."""
-  return not interpret and bp >= _XPREP_MIN_ROWS and plan.per_word >= 4
+  return (not interpret and bp >= _XPREP_MIN_ROWS and plan.per_word >= 4
+          and _operand_dtype(plan) == jnp.float16)
 
 
 def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Array | None,
@@ -1107,8 +1104,8 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
     operands.append(scales.reshape(-1))
   if _use_xprep_kernel(plan, bp, interpret):
     x_max = _x_row_max(x, operand)
-    xin = _prep_x_pallas(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb, x_max,
-                         tw=32 // pw, num_warps=min(8, bp // 16))
+    xin = _prep_x_pallas(x, pw, kw_pad, bp, _pair_layout(plan), bb, x_max, tw=32 // pw,
+                         num_warps=min(8, bp // 16))
   else:
     xin, x_max = _prep_x(x, pw, kw_pad, operand, bp, _pair_layout(plan), bb)
   operands += [xin] + ([] if x_max is None else [x_max])
