@@ -1060,7 +1060,7 @@ def _prep_x_pallas(x: jax.Array, per_word: int, kw_pad: int, bp: int, layout: st
 # mxfp8 batch 64 7.3 vs 12.8 (MX: the float16 operand; the exact path's bfloat16 one stays
 # XLA's, a tiled transpose there); at batches up to 4 it lost (2.0-2.7 vs 1.9), and for the
 # 2-per-word formats (bf16 batch 16 2.9 vs 2.4): those keep XLA's. 32 elements of each row
-# per program, 16 per thread.
+# per program and bp / 16 warps: 16 elements per thread (fewer per load with batch blocks).
 _XPREP_MIN_ROWS = 16
 
 
