@@ -3,19 +3,20 @@
 The public API; everything is re-exported from the modules that define it.
 """
 
-from fp8lab.formats import ElementFormat, FORMAT_NAMES, get_format
+from fp8lab.formats import (ElementFormat, FORMAT_NAMES, QUANTIZED_FORMATS, QuantizedFormat,
+                            get_format, get_quantized_format)
 from fp8lab.numerics.codec import decode, encode
 from fp8lab.numerics.packing import pack, packed_length, unpack
 from fp8lab.numerics.random import random_bits
 from fp8lab.numerics.hadamard import HadamardSpec, hadamard
 from fp8lab.numerics.scales import DelayedScaling, current_scale, tensor_amax
-from fp8lab.quantized import QUANTIZED_FORMATS, QuantizedArray, dequantize, quantize
+from fp8lab.quantized import QuantizedArray, dequantize, quantize
 from fp8lab.ops import gemv_packed
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ElementFormat", "FORMAT_NAMES", "get_format",
+    "ElementFormat", "FORMAT_NAMES", "get_format", "QuantizedFormat", "get_quantized_format",
     "encode", "decode", "pack", "unpack", "packed_length", "random_bits",
     "quantize", "dequantize", "QuantizedArray", "QUANTIZED_FORMATS", "hadamard", "HadamardSpec",
     "DelayedScaling", "current_scale", "tensor_amax",

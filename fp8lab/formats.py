@@ -1,8 +1,12 @@
-"""Descriptors of the element formats fp8lab emulates.
+"""The registry of fp8lab's formats: element formats and the quantized formats built on them.
 
-One descriptor per format holds every fact about it (layout, bias, extreme values,
-special encodings, the matching ml_dtypes dtype); code elsewhere reads these fields
-instead of repeating literals. Formats are looked up by name ("e4m3", ...) or by dtype.
+One descriptor per element format holds every fact about it (layout, bias, extreme values,
+special encodings, the matching ml_dtypes dtype), and one record per quantized format says
+how an array of that format is made (element format, block shapes, scale format, tensor
+scale, packing). quantize / dequantize, the kernels' plans, the hypothesis strategies, the
+tests and the benchmarks all read these records instead of repeating literals: adding a
+format is one record here, its golden-model rules and its tests. Element formats are looked
+up by name ("e4m3", ...) or by dtype, quantized formats by name ("mxfp4", ...).
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["ElementFormat", "get_format", "FORMAT_NAMES", "E4M3", "E5M2", "E2M1", "E8M0",
-           "F16", "BF16"]
+           "F16", "BF16", "QuantizedFormat", "QUANTIZED", "QUANTIZED_FORMATS",
+           "get_quantized_format", "SCALINGS", "LAYOUTS", "MX_SCALE_MODES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +43,9 @@ class ElementFormat:
     emax: unbiased exponent of the largest normal (OCP MX spec's emax).
     minifloat: True for the formats fp8lab's own codec encodes (e4m3, e5m2, e2m1, e8m0);
       f16 and bf16 are IEEE-style storage formats that only take part in packing.
+    f16x2_convert: whether NVIDIA GPUs of compute capability >= 8.9 convert two codes of
+      this format to float16 in one instruction (PTX cvt.rn.f16x2.e4m3x2 / .e5m2x2); the
+      kernels' "native" decode exists exactly for these formats.
   """
   name: str
   dtype: np.dtype
@@ -55,6 +63,7 @@ class ElementFormat:
   min_subnormal: float
   emax: int
   minifloat: bool
+  f16x2_convert: bool = False
 
   @property
   def sign_bit(self) -> int:
@@ -93,12 +102,12 @@ E4M3 = ElementFormat(
     name="e4m3", dtype=np.dtype(ml_dtypes.float8_e4m3fn), bits=8, exponent_bits=4,
     mantissa_bits=3, bias=7, signed=True, has_inf=False, nan_codes=(0x7F, 0xFF),
     nan_code=0x7F, max_code=0x7E, max_finite=448.0, min_normal=2.0**-6, min_subnormal=2.0**-9, emax=8,
-    minifloat=True)
+    minifloat=True, f16x2_convert=True)
 E5M2 = ElementFormat(
     name="e5m2", dtype=np.dtype(ml_dtypes.float8_e5m2), bits=8, exponent_bits=5,
     mantissa_bits=2, bias=15, signed=True, has_inf=True,
     nan_codes=(0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF), nan_code=0x7E, max_code=0x7B, max_finite=57344.0,
-    min_normal=2.0**-14, min_subnormal=2.0**-16, emax=15, minifloat=True)
+    min_normal=2.0**-14, min_subnormal=2.0**-16, emax=15, minifloat=True, f16x2_convert=True)
 E2M1 = ElementFormat(
     name="e2m1", dtype=np.dtype(ml_dtypes.float4_e2m1fn), bits=4, exponent_bits=2,
     mantissa_bits=1, bias=1, signed=True, has_inf=False, nan_codes=(), nan_code=None, max_code=0x7,
@@ -155,5 +164,109 @@ def get_minifloat(fmt: Any) -> ElementFormat:
   f = get_format(fmt)
   if not f.minifloat:
     raise ValueError(f"format {f.name!r} is a storage format; encode/decode take one of "
-                     f"{', '.join(n for n, g in _BY_NAME.items() if g.minifloat)}")
+                     f"{', '.join(get_minifloat_names())}")
   return f
+
+
+def get_minifloat_names() -> tuple[str, ...]:
+  """Names of the formats the codec encodes (every ElementFormat with minifloat=True)."""
+  return tuple(n for n, g in _BY_NAME.items() if g.minifloat)
+
+
+# ----------------------------------------------------------------------------------------
+# Quantized formats.
+
+# How a quantized format scales its elements (NUMERICS: docs/numerics.md):
+#   "tensor": one float32 scale for the whole tensor (current or delayed scaling);
+#   "mx":     one E8M0 power-of-two scale per block (OCP MX v1.0), no tensor scale;
+#   "nvfp4":  one E4M3 scale per block and a float32 tensor scale (NVIDIA's NVFP4 order);
+#   "none":   no scale: a plain cast of each element (f16 / bf16 storage).
+SCALINGS = ("tensor", "mx", "nvfp4", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizedFormat:
+  """One quantized format: every static fact about the arrays `fp8lab.quantize` makes.
+
+  Attributes:
+    name: the `fmt` argument of quantize ("mxfp4", ...).
+    element: the ElementFormat of the packed element codes.
+    scaling: one of SCALINGS.
+    block_shapes: the block shapes quantize accepts, the default first: (n,) blocks n
+      consecutive elements along the quantized axis, (r, c) tiles the last two axes. Empty
+      for formats without block scales.
+    scale_format: the ElementFormat of the block scale codes (E8M0, E4M3), None without.
+    tensor_scale: whether a float32 tensor scale (a dequantization factor) is stored.
+    scale_modes: the MX shared-exponent rules quantize accepts, the default first
+      (numerics/scales.py); ("floor",) stands for "no rule" where there are no E8M0 scales.
+    stochastic_rounding: whether rounding="stochastic" applies (not to plain casts).
+
+  Packing (NUMERICS section 3) follows from the element format: `per_word` codes of
+  `element.bits` bits per uint32 word, little-endian within the word.
+  """
+  name: str
+  element: ElementFormat
+  scaling: str
+  block_shapes: tuple[tuple[int, ...], ...] = ()
+  scale_format: ElementFormat | None = None
+  tensor_scale: bool = False
+  scale_modes: tuple[str, ...] = ("floor",)
+  stochastic_rounding: bool = True
+
+  def __post_init__(self):
+    if self.scaling not in SCALINGS:
+      raise ValueError(f"scaling must be one of {SCALINGS}, got {self.scaling!r}")
+    if bool(self.block_shapes) != (self.scale_format is not None):
+      raise ValueError(f"{self.name}: block shapes and a scale format go together")
+
+  @property
+  def block_shape(self) -> tuple[int, ...] | None:
+    """The default block shape (None without block scales)."""
+    return self.block_shapes[0] if self.block_shapes else None
+
+  @property
+  def per_word(self) -> int:
+    """Element codes per packed uint32 word."""
+    return self.element.per_word
+
+  def __repr__(self) -> str:
+    return f"QuantizedFormat({self.name!r})"
+
+
+# The MX shared-exponent rules (numerics/scales.py implements them; "floor" is the spec's).
+MX_SCALE_MODES = ("floor", "ceil", "even", "rceil")
+_QUANTIZED = (
+    QuantizedFormat("e4m3", E4M3, "tensor", tensor_scale=True),
+    QuantizedFormat("e5m2", E5M2, "tensor", tensor_scale=True),
+    QuantizedFormat("mxfp8", E4M3, "mx", ((32,),), E8M0, scale_modes=MX_SCALE_MODES),
+    QuantizedFormat("mxfp8_e5m2", E5M2, "mx", ((32,),), E8M0, scale_modes=MX_SCALE_MODES),
+    QuantizedFormat("mxfp4", E2M1, "mx", ((32,),), E8M0, scale_modes=MX_SCALE_MODES),
+    QuantizedFormat("nvfp4", E2M1, "nvfp4", ((16,), (16, 16)), E4M3, tensor_scale=True),
+    QuantizedFormat("f16", F16, "none", stochastic_rounding=False),
+    QuantizedFormat("bf16", BF16, "none", stochastic_rounding=False),
+)
+QUANTIZED: dict[str, QuantizedFormat] = {q.name: q for q in _QUANTIZED}
+QUANTIZED_FORMATS = tuple(QUANTIZED)
+
+
+def get_quantized_format(fmt: Any) -> QuantizedFormat:
+  """The record of a quantized format name (or the record itself).
+
+  Raises:
+    ValueError: for an unknown name; the message lists the valid names.
+  """
+  if isinstance(fmt, QuantizedFormat):
+    return fmt
+  if isinstance(fmt, str) and fmt in QUANTIZED:
+    return QUANTIZED[fmt]
+  raise ValueError(f"unknown quantized format {fmt!r}; valid names: "
+                   f"{', '.join(QUANTIZED_FORMATS)}")
+
+
+# Named layouts: a quantized format with a non-default block shape, under one name, for the
+# tests' and benchmarks' grids ("nvfp4_2d": Transformer Engine's 16x16 weight tiles).
+# name -> (quantized format, block_shape or None for its default).
+LAYOUTS: dict[str, tuple[str, tuple[int, ...] | None]] = {
+    **{q.name: (q.name, None) for q in _QUANTIZED},
+    "nvfp4_2d": ("nvfp4", (16, 16)),
+}

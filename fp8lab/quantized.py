@@ -1,16 +1,8 @@
 """QuantizedArray and the golden quantize / dequantize of every fp8lab format.
 
-Formats (the `fmt` argument of `quantize`):
-
-| format       | elements | scales                          | tensor_scale   |
-|--------------|----------|---------------------------------|----------------|
-| "e4m3"       | e4m3     | none                            | 1 / scale      |
-| "e5m2"       | e5m2     | none                            | 1 / scale      |
-| "mxfp8"      | e4m3     | E8M0 per 32 along `axis`        | None           |
-| "mxfp8_e5m2" | e5m2     | E8M0 per 32 along `axis`        | None           |
-| "mxfp4"      | e2m1     | E8M0 per 32 along `axis`        | None           |
-| "nvfp4"      | e2m1     | E4M3 per 16 (or 16x16 tile)     | S_dec          |
-| "f16"/"bf16" | f16/bf16 | none                            | None           |
+Formats (the `fmt` argument of `quantize`) are the records of `fp8lab.formats.QUANTIZED`:
+element format, block shapes, scale format and tensor scale of each; docs/numerics.md gives
+their rules.
 
 Element codes are packed with `fp8lab.pack(codes, element_format, axis=axis)`; a length that
 is not a multiple of the block is padded with zeros for the scale computation only (zeros
@@ -29,7 +21,8 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from fp8lab.formats import E4M3, E8M0, get_format
+from fp8lab.formats import (E8M0, QUANTIZED_FORMATS, QuantizedFormat, get_format,
+                            get_quantized_format)
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics import scales as sc
 from fp8lab.numerics.codec import (INPUT_DTYPES, as_float_input, check_rounding, decode,
@@ -41,18 +34,6 @@ __all__ = ["QuantizedArray", "quantize", "dequantize", "QUANTIZED_FORMATS"]
 
 _U = np.uint32
 
-# format name -> (element format, default block shape, kind)
-_FORMATS: dict[str, tuple[str, tuple[int, ...] | None, str]] = {
-    "e4m3": ("e4m3", None, "tensor"),
-    "e5m2": ("e5m2", None, "tensor"),
-    "mxfp8": ("e4m3", (32,), "mx"),
-    "mxfp8_e5m2": ("e5m2", (32,), "mx"),
-    "mxfp4": ("e2m1", (32,), "mx"),
-    "nvfp4": ("e2m1", (16,), "nvfp4"),
-    "f16": ("f16", None, "storage"),
-    "bf16": ("bf16", None, "storage"),
-}
-QUANTIZED_FORMATS = tuple(_FORMATS)
 
 
 @jax.tree_util.register_pytree_node_class
@@ -133,11 +114,8 @@ class QuantizedArray:
 # ----------------------------------------------------------------------------------------
 # Argument checks (before any tracing).
 
-def _check_format(fmt) -> str:
-  if not isinstance(fmt, str) or fmt not in _FORMATS:
-    raise ValueError(f"unknown quantized format {fmt!r}; valid names: "
-                     f"{', '.join(QUANTIZED_FORMATS)}")
-  return fmt
+def _check_format(fmt) -> QuantizedFormat:
+  return get_quantized_format(fmt)
 
 
 def _normalize_axis(axis, ndim: int) -> int:
@@ -148,24 +126,24 @@ def _normalize_axis(axis, ndim: int) -> int:
   return int(axis) % ndim
 
 
-def _check_block_shape(fmt: str, block_shape, ndim: int, axis: int):
-  default = _FORMATS[fmt][1]
+def _check_block_shape(qf: QuantizedFormat, block_shape, ndim: int, axis: int):
   if block_shape is None:
-    return default
+    return qf.block_shape
   try:
     block_shape = tuple(int(b) for b in block_shape)
   except TypeError:
     raise ValueError(f"block_shape must be a tuple of ints, got {block_shape!r}") from None
-  if fmt == "nvfp4" and block_shape == (16, 16):
+  if block_shape not in qf.block_shapes:
+    allowed = " or ".join(map(str, qf.block_shapes)) or "None (no block scales)"
+    raise ValueError(f"block_shape {block_shape} is not valid for {qf.name!r}; allowed: "
+                     f"{allowed}")
+  if len(block_shape) == 2:
     if ndim < 2:
-      raise ValueError("nvfp4 block_shape (16, 16) tiles the last two axes; x needs >= 2")
+      raise ValueError(f"{qf.name} block_shape {block_shape} tiles the last two axes; x "
+                       "needs >= 2")
     if axis < ndim - 2:
-      raise ValueError(f"nvfp4 with block_shape (16, 16) packs one of the last two axes; "
-                       f"got axis {axis} of {ndim}")
-    return block_shape
-  if block_shape != default:
-    allowed = {"nvfp4": "(16,) or (16, 16)"}.get(fmt, str(default))
-    raise ValueError(f"block_shape {block_shape} is not valid for {fmt!r}; allowed: {allowed}")
+      raise ValueError(f"{qf.name} with block_shape {block_shape} packs one of the last two "
+                       f"axes; got axis {axis} of {ndim}")
   return block_shape
 
 
@@ -238,20 +216,19 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     ValueError: unknown format (lists the valid ones), bad axis, block_shape, scale_mode,
       rounding, hadamard, margin, or a missing key; TypeError: x not float32/bf16/f16.
   """
-  fmt = _check_format(fmt)
+  qf = _check_format(fmt)
+  fmt, kind = qf.name, qf.scaling
   x = as_float_input(x, "quantize")
   if x.ndim == 0:
     raise ValueError("quantize needs an array with at least one axis")
-  elem_name, _, kind = _FORMATS[fmt]
   axis = _normalize_axis(axis, x.ndim)
-  block_shape = _check_block_shape(fmt, block_shape, x.ndim, axis)
-  if kind == "mx":
-    if scale_mode not in sc.MX_SCALE_MODES:
-      raise ValueError(f"scale_mode for {fmt!r} must be one of {sc.MX_SCALE_MODES}, got "
+  block_shape = _check_block_shape(qf, block_shape, x.ndim, axis)
+  if scale_mode not in qf.scale_modes:
+    if len(qf.scale_modes) > 1:
+      raise ValueError(f"scale_mode for {fmt!r} must be one of {qf.scale_modes}, got "
                        f"{scale_mode!r}")
-  elif scale_mode != "floor":
     raise ValueError(f"{fmt!r} has no scale_mode (leave the default); got {scale_mode!r}")
-  if rounding == "stochastic" and kind == "storage":
+  if rounding == "stochastic" and not qf.stochastic_rounding:
     raise ValueError(f"{fmt!r} is a nearest-even cast; stochastic rounding is for the "
                      "e4m3/e5m2/e2m1 element formats")
   check_rounding(rounding, key, sr_bits)
@@ -271,7 +248,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     raise ValueError(f"the length {x.shape[axis]} of axis {axis} is not a multiple of the "
                      f"Hadamard block {spec.block}")
 
-  meta = dict(format=fmt, element_format=elem_name, shape=x.shape, axis=axis,
+  meta = dict(format=fmt, element_format=qf.element.name, shape=x.shape, axis=axis,
               block_shape=block_shape, scale_mode=scale_mode if kind == "mx" else None,
               hadamard=spec)
   data, scales, tensor_scale = _quantize_leaves(
@@ -285,13 +262,14 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
                                              "hadamard", "rounding", "margin", "sr_bits"))
 def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, hadamard,
                      rounding, margin, sr_bits):
-  elem_name, _, kind = _FORMATS[format]
+  qf = get_quantized_format(format)
+  elem, kind = qf.element, qf.scaling
+  elem_name = elem.name
   if hadamard is not None:
     x = _rotate(x, hadamard, axis, inverse=False)
-  if kind == "storage":
-    codes = lax.bitcast_convert_type(x.astype(get_format(elem_name).dtype), jnp.uint16)
+  if kind == "none":
+    codes = lax.bitcast_convert_type(x.astype(elem.dtype), jnp.uint16)
     return pack(codes, elem_name, axis), None, None
-  elem = get_format(elem_name)
   bits = sc.bits_of(x)
   rbits = None
   if rounding == "stochastic":
@@ -319,7 +297,7 @@ def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, ha
   else:                                                   # nvfp4, NUMERICS.md section 5
     s_enc, s_dec = sc.nvfp4_tensor_scales(sc.finite_amax_bits(bits))
     scale_codes = sc.nvfp4_block_scale_codes(block_max, s_enc)
-    scale_codes = jnp.where(nonfinite_block, jnp.uint8(E4M3.nan_code), scale_codes)
+    scale_codes = jnp.where(nonfinite_block, jnp.uint8(qf.scale_format.nan_code), scale_codes)
     enc_b = sc.nvfp4_block_encode_factor(scale_codes, s_dec)
     scaled = sc.f32_mul(bits, _expand(enc_b, axis, block_shape, x.shape))
     tensor_scale = sc.float_of(s_dec)
@@ -422,9 +400,9 @@ def dequantize(q: QuantizedArray, dtype=jnp.float32, *, unrotate: bool = False) 
 @functools.partial(jax.jit, static_argnames=("aux", "dtype", "unrotate"))
 def _dequantize_leaves(data, scales, tensor_scale, *, aux, dtype, unrotate):
   fmt, elem_name, shape, axis, block_shape, _, spec = aux
-  kind = _FORMATS[fmt][2]
+  kind = get_quantized_format(fmt).scaling
   codes = unpack(data, elem_name, shape[axis], axis)
-  if kind == "storage":
+  if kind == "none":
     values = lax.bitcast_convert_type(codes, get_format(elem_name).dtype).astype(jnp.float32)
   else:
     elem_bits = sc.bits_of(decode(codes, elem_name))

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from fp8lab.formats import E2M1, E4M3, E8M0, ElementFormat, get_format
+from fp8lab.formats import E2M1, E4M3, E8M0, MX_SCALE_MODES, ElementFormat, get_format
 from fp8lab.numerics.codec import decode, encode_bits
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "bits_of", "float_of", "f32_const",
 ]
 
-MX_SCALE_MODES = ("floor", "ceil", "even", "rceil")
 
 _U = np.uint32
 _SIGN = _U(0x80000000)

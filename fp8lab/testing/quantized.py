@@ -40,16 +40,16 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fp8lab.formats import E4M3, E8M0, get_format
+from fp8lab.formats import MX_SCALE_MODES, QUANTIZED, get_quantized_format
 from fp8lab.numerics.packing import pack
-from fp8lab.numerics.scales import MX_SCALE_MODES
-from fp8lab.quantized import _FORMATS, QUANTIZED_FORMATS, QuantizedArray, scales_shape
+from fp8lab.quantized import QuantizedArray, scales_shape
 from fp8lab.testing.elements import code_arrays
 
 __all__ = ["BLOCK_FORMATS", "quantize_shapes", "block_arrays", "quantize_inputs",
            "quantized_arrays", "block_size"]
 
-BLOCK_FORMATS = ("mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4")
+# The quantized formats with block scales, from the registry.
+BLOCK_FORMATS = tuple(q.name for q in QUANTIZED.values() if q.block_shapes)
 _INPUT_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 
 
@@ -57,7 +57,7 @@ def block_size(fmt: str, block_shape=None) -> tuple[int, ...]:
   """The block shape `quantize` uses for `fmt` (per-tensor formats: the whole axis, (0,))."""
   if block_shape is not None:
     return tuple(block_shape)
-  return _FORMATS[fmt][1] or (0,)
+  return get_quantized_format(fmt).block_shape or (0,)
 
 
 @st.composite
@@ -84,7 +84,8 @@ def quantize_shapes(draw, fmt: str = "mxfp4", *, block_shape=None, max_blocks: i
 
 
 def _element_format(fmt: str):
-  return get_format(_FORMATS[fmt][0]) if _FORMATS[fmt][2] != "storage" else None
+  qf = get_quantized_format(fmt)
+  return qf.element if qf.element.minifloat else None
 
 
 @st.composite
@@ -186,8 +187,9 @@ def quantize_inputs(draw, formats: Sequence[str] = BLOCK_FORMATS, *,
   """
   fmt = draw(st.sampled_from(list(formats)))
   block_shape = None
-  if fmt == "nvfp4" and tiles and draw(st.booleans()):
-    block_shape = (16, 16)
+  tile_shapes = [b for b in get_quantized_format(fmt).block_shapes if len(b) == 2]
+  if tile_shapes and tiles and draw(st.booleans()):
+    block_shape = draw(st.sampled_from(tile_shapes))
   if shapes is not None:
     menu = [(s, a) for s, a in shapes if block_shape is None or len(s) >= 2 and
             a % len(s) >= len(s) - 2]
@@ -199,7 +201,7 @@ def quantize_inputs(draw, formats: Sequence[str] = BLOCK_FORMATS, *,
   x = draw(block_arrays(fmt, shape, axis, block_shape=block_shape, dtype=dtype,
                         allow_nan=allow_nan, allow_inf=allow_inf, **block_kwargs))
   kw = dict(x=x, fmt=fmt, axis=axis)
-  if _FORMATS[fmt][2] == "mx":
+  if len(get_quantized_format(fmt).scale_modes) > 1:
     kw["scale_mode"] = draw(st.sampled_from(list(scale_modes)))
   if block_shape is not None:
     kw["block_shape"] = block_shape
@@ -217,10 +219,8 @@ def quantized_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] | None = N
   only if allow_nan); tensor_scale: a raw positive finite float32 (nonzero). The packed
   padding is zero codes, as pack writes it.
   """
-  if fmt not in QUANTIZED_FORMATS:
-    raise ValueError(f"unknown quantized format {fmt!r}; valid names: "
-                     f"{', '.join(QUANTIZED_FORMATS)}")
-  elem_name, default_block, kind = _FORMATS[fmt]
+  qf = get_quantized_format(fmt)
+  elem_name, default_block = qf.element.name, qf.block_shape
   if shape is None:
     shape, axis = draw(quantize_shapes(fmt, block_shape=block_shape))
   shape = tuple(shape)
@@ -229,17 +229,15 @@ def quantized_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] | None = N
   data = np.asarray(pack(codes, elem_name, axis))
   scales = tensor_scale = None
   bs = tuple(block_shape) if block_shape is not None else default_block
-  if kind in ("mx", "nvfp4"):
+  sf = qf.scale_format
+  if sf is not None:
     sshape = scales_shape(shape, axis, bs)
-    if kind == "mx":
-      top = E8M0.nan_code if allow_nan else E8M0.max_code
-    else:
-      top = E4M3.nan_code if allow_nan else E4M3.max_code
+    top = sf.nan_code if allow_nan else sf.max_code
     scales = draw(hnp.arrays(np.uint8, tuple(sshape), elements=st.integers(0, top)))
-  if kind in ("tensor", "nvfp4"):
+  if qf.tensor_scale:
     tensor_scale = np.array(draw(st.integers(1, 0x7F7FFFFF)), np.uint32).view(np.float32)
   return QuantizedArray(
       data, scales, tensor_scale, format=fmt, element_format=elem_name, shape=shape,
-      axis=axis, block_shape=bs if kind in ("mx", "nvfp4") else None,
-      scale_mode=draw(st.sampled_from(MX_SCALE_MODES)) if kind == "mx" else None,
+      axis=axis, block_shape=bs if sf is not None else None,
+      scale_mode=draw(st.sampled_from(qf.scale_modes)) if len(qf.scale_modes) > 1 else None,
       hadamard=None)
