@@ -1,8 +1,8 @@
-"""Ops over quantized arrays, each with a Pallas kernel and a golden-model reference path.
+"""gemv_packed: y = x @ dequantize(W).T over packed weights, in three implementations.
 
-`implementation` chooses the way jax.nn.dot_product_attention does: None picks the Pallas
-kernel on a GPU and the reference path elsewhere; "pallas" and "reference" force one;
-`interpret=True` runs the Pallas kernel in interpret mode (on the CPU, for tests).
+"pallas" (fp8lab/kernels/gemv/), "xla" (jnp over the same packed words bitcast to XLA's
+float8 / float4 dtypes) and "reference" (the golden model), dispatched by the scaffolding of
+fp8lab/ops/_op.py.
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from fp8lab.formats import get_quantized_format
 from fp8lab.kernels import gemv as gemv_kernel
 from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.hadamard import hadamard
+from fp8lab.ops import _op
 from fp8lab.quantized import QuantizedArray
 
-__all__ = ["gemv_packed", "IMPLEMENTATIONS"]
-
-IMPLEMENTATIONS = (None, "pallas", "reference")
+__all__ = ["gemv_packed"]
 
 
 def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = False,
@@ -34,29 +34,31 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       same way first (the rotation is orthogonal, so the product is that of the
       unrotated operands up to rounding).
     x: (k,) or (..., k) float32, bfloat16 or float16 (a batch of tokens).
-    implementation: None (the Pallas kernel on a GPU, the reference elsewhere), "pallas"
-      or "reference" (golden-model dequantize + jnp.dot at HIGHEST precision).
-    interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel unless
-      implementation="reference" is asked for, which is an error.
+    implementation: None (the Pallas kernel on a GPU, the reference elsewhere), "pallas",
+      "xla" (jnp: the packed words bitcast to XLA's float8 / float4 dtype, upcast and scaled
+      in XLA's fusion, a float32 dot at HIGHEST precision) or "reference" (golden-model
+      dequantize + jnp.dot at HIGHEST precision). See fp8lab/ops/_op.py.
+    interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel (with
+      implementation "xla" or "reference" it is an error).
     fp8_decode: how the kernel decodes e4m3 / e5m2 codes (elements, and NVFP4's E4M3
       block scales): None (see below), "native" or "integer". The same decoded values
       either way (see below).
 
   Returns:
     (..., n_out) in x's dtype, accumulated in float32 (the kernel's order of operations
-    and error bound: fp8lab/kernels/gemv.py).
+    and error bound: fp8lab/kernels/gemv/kernel.py; measured errors: docs/gemv_kernel.md).
 
   Accuracy of the Pallas kernel: the products are exact and only the float32 additions
   round, so |y - y_exact| <= 2 (k + 7) u sum|w x| + u |y| (u = 2^-24; the factor 2 because
-  the tensor cores' float32 accumulation truncates instead of rounding; measured on an
-  H200 at k = 16384 with random weights, the worst error was 0.3-3.8 u sum|w x|), with one
+  the tensor cores' float32 accumulation truncates instead of rounding), with one
   limit of its float16 tensor-core operands: a float32 / bfloat16 x row is scaled so that
   its largest |x| is about 2^14 and split into two float16 parts, so its elements keep a
   relative error <= 2^-22 only down to 2^-17 max|x| and an absolute error <= 2^-38 max|x|
   below that (elements under ~2^-39 max|x| are lost). Only when the small elements carry
   the result (the large ones meet weights near zero) is this visible; it adds
   2^-38 max|x| sum|w| to the bound.
-  float16 x, bf16 weights and the reference path have no such term.
+  float16 x, bf16 weights, the "xla" and the reference paths have no such term; the "xla"
+  path's float32 dot has the reference's bound up to its order of additions.
 
   Decoding e4m3 / e5m2 codes (the elements of formats "e4m3", "e5m2", "mxfp8",
   "mxfp8_e5m2", and the E4M3 block scales of "nvfp4"): on a GPU of compute capability
@@ -85,31 +87,9 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       "pallas" without a GPU and without interpret; the native decode on a GPU without
       fp8 conversions.
   """
-  if not isinstance(w, QuantizedArray):
-    raise TypeError(f"gemv_packed needs a fp8lab.QuantizedArray as w, got {type(w).__name__}")
-  if len(w.shape) != 2:
-    raise ValueError(f"gemv_packed needs a 2D weight (n_out, k), got shape {w.shape}")
-  if w.axis != 1:
-    raise ValueError("gemv_packed needs a weight quantized along its last axis (axis=-1), "
-                     f"got axis={w.axis}")
-  if implementation not in IMPLEMENTATIONS:
-    raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
-  if not isinstance(interpret, bool):
-    raise TypeError(f"interpret must be a bool, got {interpret!r}")
+  _check_operands(w, x)
+  implementation = _op.resolve_implementation("gemv_packed", implementation, interpret)
   x = as_float_input(x, "gemv_packed")
-  k = w.shape[1]
-  if x.ndim < 1 or x.shape[-1] != k:
-    raise ValueError(f"x's last dimension must be k={k} (w.shape={w.shape}), got x.shape={x.shape}")
-  if implementation is None:
-    implementation = "pallas" if (interpret or jax.default_backend() == "gpu") else "reference"
-  if implementation == "reference" and interpret:
-    raise ValueError("interpret=True runs the Pallas kernel; it cannot go with "
-                     "implementation='reference'")
-  if implementation == "pallas" and not interpret and jax.default_backend() != "gpu":
-    raise ValueError("implementation='pallas' needs a GPU; pass interpret=True to run the "
-                     f"kernel on the {jax.default_backend()} backend")
-  if w.format not in gemv_kernel.DEFAULT_CONFIGS:
-    raise ValueError(f"gemv_packed does not know format {w.format!r}")
   # Native or integer fp8 decode (FP8LAB_GEMV_NATIVE_FP8 / the GPU), read here at each call
   # (a static argument below, so cached traces of either path stay apart).
   if fp8_decode not in gemv_kernel.FP8_DECODES:
@@ -117,7 +97,22 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
                      f"got {fp8_decode!r}")
   native = (implementation == "pallas"
             and gemv_kernel.native_fp8_requested(interpret, fp8_decode))
-  return _gemv(w, x, implementation, interpret, native)
+  return _gemv(implementation, interpret, native, w, x)
+
+
+def _check_operands(w, x) -> None:
+  """gemv_packed's checks of w and x, before anything is traced."""
+  if not isinstance(w, QuantizedArray):
+    raise TypeError(f"gemv_packed needs a fp8lab.QuantizedArray as w, got {type(w).__name__}")
+  if len(w.shape) != 2:
+    raise ValueError(f"gemv_packed needs a 2D weight (n_out, k), got shape {w.shape}")
+  if w.axis != 1:
+    raise ValueError("gemv_packed needs a weight quantized along its last axis (axis=-1), "
+                     f"got axis={w.axis}")
+  x = as_float_input(x, "gemv_packed")
+  k = w.shape[1]
+  if x.ndim < 1 or x.shape[-1] != k:
+    raise ValueError(f"x's last dimension must be k={k} (w.shape={w.shape}), got x.shape={x.shape}")
 
 
 def _rotate_x(w, x: jax.Array) -> jax.Array:
@@ -136,7 +131,37 @@ def _reference(w, x: jax.Array) -> jax.Array:
   return y.astype(x.dtype)
 
 
-def _pallas_2d(w, x2: jax.Array, interpret: bool, native_fp8: bool) -> jax.Array:
+def _xla_weight(w) -> jax.Array:
+  """w's values (n_out, k) as float32 from its packed words, the way a user writes it in jnp:
+  the words bitcast to XLA's own element dtype (the same bytes, NUMERICS section 9), upcast,
+  times the block or tensor scale: the float32 products dequantize makes (IEEE multiplies),
+  except that XLA flushes float32 subnormals to zero (on the CPU and GPUs): a subnormal
+  product, and a subnormal factor (E8M0 code 0, 2^-127) gives zeros there."""
+  qf = get_quantized_format(w.format)
+  n_out, k = w.shape
+  elems = lax.bitcast_convert_type(w.data, qf.element.dtype)         # (n_out, kw, per_word)
+  values = elems.reshape(n_out, -1)[:, :k].astype(jnp.float32)
+  if qf.scaling == "tensor":
+    return values * w.tensor_scale
+  if qf.scale_format is None:
+    return values
+  scales = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
+  if qf.scaling == "nvfp4":
+    scales = scales * w.tensor_scale              # fl(s_e4m3 * S_dec), as dequantize has it
+  rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
+  scales = jnp.repeat(jnp.repeat(scales, rows, axis=0), cols, axis=1)[:n_out, :k]
+  return values * scales
+
+
+def _xla(w, x: jax.Array) -> jax.Array:
+  """The "xla" path: x (rotated like w) @ _xla_weight(w).T in float32 at HIGHEST precision."""
+  xr = _rotate_x(w, x).astype(jnp.float32)
+  y = jnp.dot(xr, _xla_weight(w).T, precision=lax.Precision.HIGHEST,
+              preferred_element_type=jnp.float32)
+  return y.astype(x.dtype)
+
+
+def _pallas_2d(interpret: bool, native_fp8: bool, w, x2: jax.Array) -> jax.Array:
   plan = gemv_kernel.format_plan(w.format, w.element_format, w.block_shape,
                                  w.tensor_scale is not None, native_fp8=native_fp8,
                                  asm_e2m1=gemv_kernel.asm_e2m1_default(interpret))
@@ -146,61 +171,37 @@ def _pallas_2d(w, x2: jax.Array, interpret: bool, native_fp8: bool) -> jax.Array
 
 @functools.lru_cache(maxsize=None)
 def _batched_pallas(interpret: bool, native_fp8: bool):
-  """The kernel call on (B, k) x, with a vmap rule that folds a vmapped x into B (one
-  launch) instead of pallas_call's own batching; a vmapped w runs one launch per weight."""
-
-  @jax.custom_batching.custom_vmap
-  def call(w, x2):
-    return _pallas_2d(w, x2, interpret, native_fp8)
-
-  @call.def_vmap
-  def rule(axis_size, in_batched, w, x2):
-    w_batched, x_batched = in_batched
-    if not any(jax.tree_util.tree_leaves(w_batched)):
-      xb = x2 if x_batched else jnp.broadcast_to(x2, (axis_size,) + x2.shape)
-      n, b, k = xb.shape
-      y = call(w, xb.reshape(n * b, k))
-      return y.reshape(n, b, -1), True
-    ws = jax.tree_util.tree_map(
-        lambda leaf, bat: leaf if bat else jnp.broadcast_to(leaf, (axis_size,) + leaf.shape),
-        w, w_batched)
-    xs = x2 if x_batched else jnp.broadcast_to(x2, (axis_size,) + x2.shape)
-    return lax.map(lambda args: call(*args), (ws, xs)), True
-
-  return call
+  """The kernel on (B, k) x; a vmapped x is folded into B (one launch), a vmapped w runs one
+  launch per weight (_op.fold_vmap)."""
+  return _op.fold_vmap(functools.partial(_pallas_2d, interpret, native_fp8),
+                       foldable=(False, True))
 
 
-def _forward(w, x: jax.Array, implementation: str, interpret: bool,
-             native_fp8: bool) -> jax.Array:
-  if implementation == "reference":
-    return _reference(w, x)
+def _pallas(interpret: bool, native_fp8: bool, w, x: jax.Array) -> jax.Array:
   lead = x.shape[:-1]
   k, n_out = w.shape[1], w.shape[0]
   # A rotated x is no longer exactly representable in a 16-bit x dtype: it goes to the
   # kernel in float32 (split there into exact float16 or bfloat16 parts), rounded once at the end.
-  xr = _rotate_x(w, x)
-  x2 = xr.reshape(-1, k)
+  x2 = _rotate_x(w, x).reshape(-1, k)
   if x2.shape[0] == 0:
     return jnp.zeros(lead + (n_out,), x.dtype)
   y = _batched_pallas(interpret, native_fp8)(w, x2)
   return y.reshape(lead + (n_out,)).astype(x.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
-def _gemv(w, x, implementation, interpret, native_fp8):
-  return _forward(w, x, implementation, interpret, native_fp8)
+def _forward(implementation: str, interpret: bool, native_fp8: bool, w, x: jax.Array):
+  if implementation == "reference":
+    return _reference(w, x)
+  if implementation == "xla":
+    return _xla(w, x)
+  return _pallas(interpret, native_fp8, w, x)
 
 
-def _gemv_fwd(w, x, implementation, interpret, native_fp8):
-  return _forward(w, x, implementation, interpret, native_fp8), (w, x)
-
-
-def _gemv_bwd(implementation, interpret, native_fp8, res, g):
+def _reference_of(implementation, interpret, native_fp8, w, x):
   del implementation, interpret, native_fp8
-  w, x = res
-  _, vjp = jax.vjp(functools.partial(_reference, w), x)
-  (dx,) = vjp(g)
-  return None, dx
+  return _reference(w, x)
 
 
-_gemv.defvjp(_gemv_fwd, _gemv_bwd)
+# Every implementation differentiates through the reference: dx = g @ dequantize(w)
+# (rotated back for Hadamard weights); w gets no cotangent.
+_gemv = _op.reference_vjp(_forward, _reference_of, n_static=3)

@@ -1,0 +1,6 @@
+"""Ops over quantized arrays: one module per op, on the shared scaffolding of _op.py."""
+
+from fp8lab.ops._op import IMPLEMENTATIONS
+from fp8lab.ops.gemv import gemv_packed
+
+__all__ = ["gemv_packed", "IMPLEMENTATIONS"]

@@ -1,0 +1,202 @@
+"""Tests of the op scaffolding (fp8lab/ops/_op.py) and of gemv_packed's "xla" implementation.
+
+The "xla" path must build the weights dequantize gives, bit for bit (its _xla_weight; XLA
+may flush a float32 subnormal product to a zero of its sign), and
+with x = the identity each output is one product 1 * w plus exact zeros, so
+gemv_packed(w, I) is dequantize(w).T exactly where w is a normal float32 or zero (XLA:CPU's
+dot flushes subnormal products, the reference path's too; a NaN or Inf weight makes its
+whole column non-finite through 0 * w). Weights are arbitrary raw codes and scales
+(fp8lab.testing.quantized_arrays), not outputs of quantize.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fp8lab
+from fp8lab.formats import LAYOUTS
+from fp8lab.ops import _op
+from fp8lab.ops.gemv import _xla_weight
+from fp8lab.quantized import QuantizedArray
+from fp8lab.testing import quantized as fqt
+
+_ON_GPU = jax.default_backend() == "gpu"
+
+
+def _bits_or_zero(a) -> np.ndarray:
+  """float32 bit patterns with both zeros as 0 (sums of products with 0 lose -0's sign)."""
+  a = np.asarray(a, np.float32)
+  return np.where(a == 0, np.uint32(0), a.view(np.uint32))
+
+
+def _subnormal(a) -> np.ndarray:
+  a = np.abs(np.asarray(a, np.float32))
+  return (a < np.float32(2.0**-126)) & (a != 0)
+
+
+def _block_factor(q) -> np.ndarray:
+  """Each weight's block scale factor as float32 (1 without block scales), in numpy: MX
+  2^(code - 127), NVFP4 fl(e4m3 value * S_dec)."""
+  n, k = q.shape
+  if q.scales is None:
+    return np.ones((n, k), np.float32)
+  codes = np.asarray(q.scales)
+  if q.format.startswith("mx"):
+    f = np.ldexp(np.float64(1), codes.astype(np.int32) - 127)   # 0xFF: 2^128, a NaN block
+  else:
+    f = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * np.float32(q.tensor_scale)
+  rows, cols = q.block_shape if len(q.block_shape) == 2 else (1, q.block_shape[0])
+  return np.repeat(np.repeat(f, rows, axis=0), cols, axis=1)[:n, :k]
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_xla_path_multiplies_the_dequantized_weights(layout):
+  fmt, block_shape = LAYOUTS[layout]
+  k = 48 if block_shape is None or len(block_shape) == 1 else 40
+
+  @settings(max_examples=15)
+  @given(q=fqt.quantized_arrays(fmt, (24, k), 1, block_shape=block_shape))
+  def check(q):
+    # XLA flushes float32 subnormals to zero, operands too: a subnormal tensor scale (the raw
+    # strategy draws them; quantize never makes one) would read as 0, so it is made normal; a
+    # subnormal weight or block factor (MX code 0 is 2^-127) may give a zero of its sign;
+    # everything else is exact.
+    if q.tensor_scale is not None and _subnormal(q.tensor_scale):
+      ts_bits = np.asarray(q.tensor_scale, np.float32).view(np.uint32) | np.uint32(0x00800000)
+      q = QuantizedArray(q.data, q.scales, ts_bits.view(np.float32), format=q.format,
+                         element_format=q.element_format, shape=q.shape, axis=q.axis,
+                         block_shape=q.block_shape, scale_mode=q.scale_mode, hadamard=None)
+    wd = np.asarray(fp8lab.dequantize(q))                          # (n_out, k)
+    wx = np.asarray(jax.jit(_xla_weight)(q)).view(np.uint32)
+    want = wd.view(np.uint32)
+    sub = _subnormal(wd) | _subnormal(_block_factor(q))
+    flushed = sub & (wx == want & np.uint32(0x80000000))
+    nan = np.isnan(wd)                     # a NaN is a NaN: its sign and payload carry nothing
+    assert np.array_equal(np.isnan(wx.view(np.float32)), nan)
+    np.testing.assert_array_equal(np.where(flushed | nan, want, wx), want)
+    eye = jnp.eye(k, dtype=jnp.float32)
+    y = np.asarray(jax.jit(lambda w, x: fp8lab.gemv_packed(w, x, implementation="xla"))(q, eye))
+    wd = wd.T
+    bad_col = ~np.all(np.isfinite(wd), axis=0)
+    assert not np.any(np.isfinite(y[:, bad_col]))        # Inf on the diagonal, else NaN
+    good = ~bad_col[None, :] & ~sub.T
+    np.testing.assert_array_equal(_bits_or_zero(y[good]), _bits_or_zero(wd[good]))
+
+  check()
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "mxfp4", "nvfp4"])
+@pytest.mark.parametrize("xdt", [jnp.float32, jnp.bfloat16, jnp.float16])
+def test_xla_path_agrees_with_reference_on_small_integers(fmt, xdt):
+  # Small-integer weights and x: every product and partial sum is an integer below 2^24, so
+  # any order of float32 additions gives the same bits.
+  rng = np.random.default_rng(0)
+  w = rng.integers(-3, 4, (20, 64)).astype(np.float32)
+  x = rng.integers(-4, 5, (5, 64)).astype(np.float32)
+  q = fp8lab.quantize(jnp.asarray(w), fmt)
+  xa = jnp.asarray(x, xdt)
+  y = fp8lab.gemv_packed(q, xa, implementation="xla")
+  ref = fp8lab.gemv_packed(q, xa, implementation="reference")
+  assert y.dtype == xdt
+  np.testing.assert_array_equal(np.asarray(y, np.float32), np.asarray(ref, np.float32))
+
+
+def test_xla_path_with_hadamard_matches_reference():
+  rng = np.random.default_rng(1)
+  w = jnp.asarray(rng.standard_normal((16, 64)), jnp.float32)
+  x = jnp.asarray(rng.standard_normal((3, 64)), jnp.float32)
+  q = fp8lab.quantize(w, "mxfp4", hadamard=32)
+  y = np.asarray(fp8lab.gemv_packed(q, x, implementation="xla"), np.float64)
+  ref = np.asarray(fp8lab.gemv_packed(q, x, implementation="reference"), np.float64)
+  # Both are float32 dots over the same float32 weights and rotated x: they differ only in
+  # the order of k additions, <= (k - 1) u sum|w x| each.
+  wd = np.asarray(q.dequantize(), np.float64)
+  xr = np.asarray(fp8lab.hadamard(x, 32, axis=-1), np.float64)
+  bound = 2 * 63 * 2.0**-24 * (np.abs(xr) @ np.abs(wd).T)
+  assert np.all(np.abs(y - ref) <= bound)
+
+
+def test_resolve_implementation():
+  assert _op.resolve_implementation("op", None, True) == "pallas"
+  assert _op.resolve_implementation("op", "xla", False) == "xla"
+  assert _op.resolve_implementation("op", "reference", False) == "reference"
+  assert _op.resolve_implementation("op", None, False) == ("pallas" if _ON_GPU else "reference")
+  with pytest.raises(ValueError, match="implementation must be one of"):
+    _op.resolve_implementation("op", "triton", False)
+  with pytest.raises(TypeError, match="interpret must be a bool"):
+    _op.resolve_implementation("op", None, 1)
+  for impl in ("xla", "reference"):
+    with pytest.raises(ValueError, match="interpret=True runs the Pallas kernel"):
+      _op.resolve_implementation("op", impl, True)
+  if not _ON_GPU:
+    with pytest.raises(ValueError, match="needs a GPU"):
+      _op.resolve_implementation("op", "pallas", False)
+  assert "xla" in fp8lab.ops.IMPLEMENTATIONS
+
+
+def test_gemv_errors_name_the_op():
+  w = fp8lab.quantize(jnp.ones((8, 64)), "e4m3")
+  with pytest.raises(ValueError, match="gemv_packed: implementation"):
+    fp8lab.gemv_packed(w, jnp.ones((64,)), implementation="cuda")
+  with pytest.raises(ValueError, match="gemv_packed: interpret=True"):
+    fp8lab.gemv_packed(w, jnp.ones((64,)), implementation="xla", interpret=True)
+
+
+@pytest.mark.parametrize("impl,interpret", [("xla", False), ("pallas", True)])
+def test_every_implementation_has_the_reference_gradient(impl, interpret):
+  rng = np.random.default_rng(2)
+  q = fp8lab.quantize(jnp.asarray(rng.standard_normal((16, 64)), jnp.float32), "nvfp4")
+  x = jnp.asarray(rng.standard_normal((2, 64)), jnp.float32)
+  cot = jnp.asarray(rng.standard_normal((2, 16)), jnp.float32)
+
+  def loss(impl_, interp):
+    return lambda xx: jnp.sum(fp8lab.gemv_packed(q, xx, implementation=impl_,
+                                                 interpret=interp) * cot)
+
+  g = jax.grad(loss(impl, interpret))(x)
+  g_ref = jax.grad(loss("reference", False))(x)
+  np.testing.assert_array_equal(np.asarray(g).view(np.uint32), np.asarray(g_ref).view(np.uint32))
+
+
+def test_fold_vmap_folds_foldable_operands_and_maps_the_others():
+  calls = []
+
+  def call(w, x):                      # (n, k) weight, (b, k) rows -> (b, n)
+    calls.append((w.shape, x.shape))
+    return x @ w.T
+
+  op = _op.fold_vmap(call, foldable=(False, True))
+  w = jnp.arange(12.0).reshape(3, 4)
+  xs = jnp.arange(40.0).reshape(5, 2, 4)
+  y = jax.vmap(lambda x: op(w, x))(xs)
+  np.testing.assert_array_equal(y, jnp.einsum("nbk,ok->nbo", xs, w))
+  assert ((3, 4), (10, 4)) in calls              # one call over the folded rows
+  calls.clear()
+  op = _op.fold_vmap(call, foldable=(False, True))
+  ws = jnp.stack([w, 2 * w])
+  y2 = jax.vmap(lambda w_, x: op(w_, x))(ws, xs[:2])
+  np.testing.assert_array_equal(y2, jnp.einsum("nbk,nok->nbo", xs[:2], ws))
+  assert calls and all(c == ((3, 4), (2, 4)) for c in calls)   # per example (lax.map)
+
+
+def test_gemv_vmap_over_x_and_w_pallas_interpret():
+  rng = np.random.default_rng(3)
+  ws = [fp8lab.quantize(jnp.asarray(rng.integers(-3, 4, (16, 64)), jnp.float32), "mxfp8")
+        for _ in range(2)]
+  xs = jnp.asarray(rng.integers(-3, 4, (2, 3, 64)), jnp.float32)
+  f = lambda w, x: fp8lab.gemv_packed(w, x, implementation="pallas", interpret=True)
+  y = jax.vmap(lambda x: f(ws[0], x))(xs)
+  want = np.stack([np.asarray(fp8lab.gemv_packed(ws[0], xs[i], implementation="reference"))
+                   for i in range(2)])
+  np.testing.assert_array_equal(np.asarray(y), want)
+  wstack = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *ws)
+  y2 = jax.vmap(f)(wstack, xs)
+  want2 = np.stack([np.asarray(fp8lab.gemv_packed(ws[i], xs[i], implementation="reference"))
+                    for i in range(2)])
+  np.testing.assert_array_equal(np.asarray(y2), want2)
