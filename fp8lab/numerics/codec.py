@@ -76,10 +76,10 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   Args:
     x: float32, bfloat16 or float16 array of any shape; 16-bit inputs are widened to float32
       on their bit patterns (numerics/bits.py), so a NaN keeps its sign on every backend.
-      Any other array dtype (float64 included, whatever the x64 setting) raises TypeError. Python scalars and lists go
-      through jnp.asarray (float32 with x64 off, float64 -> TypeError with x64 on). Under
-      jax.jit, jit converts a float64 numpy argument to float32 itself (x64 off) before
-      encode sees it; pass float32 to avoid rounding twice.
+      Any other array dtype (float64 included, whatever the x64 setting) raises TypeError.
+      Python scalars and lists go through jnp.asarray (float32 with x64 off, float64 ->
+      TypeError with x64 on). Under jax.jit, jit converts a float64 numpy argument to
+      float32 itself (x64 off) before encode sees it; pass float32 to avoid rounding twice.
     fmt: "e4m3", "e5m2", "e2m1" or "e8m0" (or the ml_dtypes dtype / an ElementFormat).
     saturate: False reproduces ml_dtypes' `x.astype(T).view(uint8)` bit for bit for every
       input: e4m3 overflow (|x| > 464 after rounding) and +-Inf -> NaN 0x7F/0xFF with the
