@@ -9,7 +9,9 @@ is not a multiple of the block is padded with zeros for the scale computation on
 change no amax), and the packed data holds exactly the logical length.
 
 Every float32 step is an exact IEEE float32 operation on bit patterns (numerics/scales.py),
-so the results are the same on every backend, float32 subnormals included.
+so the results are the same on every backend, float32 subnormals included. Conversions
+between float32, bfloat16 and float16 (16-bit inputs, the f16/bf16 storage, dequantize's
+output) are integer ops on bit patterns too (numerics/bits.py), NaN sign and payload included.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fp8lab.formats import (E8M0, QUANTIZED_FORMATS, QuantizedFormat, get_format
                             get_quantized_format)
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics import scales as sc
+from fp8lab.numerics.bits import convert
 from fp8lab.numerics.codec import (INPUT_DTYPES, as_float_input, check_rounding, decode,
                                    encode_bits)
 from fp8lab.numerics.hadamard import HadamardSpec, hadamard
@@ -164,7 +167,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
 
   Args:
     x: float32, bfloat16 or float16 array with at least one axis (16-bit inputs are widened
-      to float32 exactly).
+      to float32 exactly, on their bit patterns: the same bits on every backend).
     fmt: "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16" or "bf16".
     axis: the blocked and packed axis.
     scale_mode: MX formats: "floor" (the OCP spec, default), "ceil", "even" or "rceil"
@@ -206,8 +209,9 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       (e4m3 0x7F, e5m2 0x7E) whatever its sign, because the float32 product yields the
       canonical NaN, as on NVIDIA GPUs; tensor_scale = fl(1 / scale). A zero tensor gives
       zero codes (-0 keeps its sign) and tensor_scale 1.
-    f16/bf16: the nearest-even cast of x (float16 overflow -> +-Inf; an input of the target
-      dtype keeps its exact bits), two per word, no scale.
+    f16/bf16: the nearest-even cast of x on bit patterns, `numerics.bits.convert` (float16
+      overflow -> +-Inf; an input of the target dtype keeps its exact bits; a NaN keeps its
+      sign, with numpy's float16 / ml_dtypes' bfloat16 payload rule), two per word, no scale.
 
   Returns:
     a QuantizedArray (see its docstring for the layout).
@@ -252,7 +256,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
               block_shape=block_shape, scale_mode=scale_mode if kind == "mx" else None,
               hadamard=spec)
   data, scales, tensor_scale = _quantize_leaves(
-      x, key, None if scale is None else jnp.asarray(scale, jnp.float32), **{
+      x, key, None if scale is None else sc.float_of(sc.bits_of(scale)), **{
           k: meta[k] for k in ("format", "axis", "block_shape", "scale_mode", "hadamard")},
       rounding=rounding, margin=margin, sr_bits=sr_bits)
   return QuantizedArray(data, scales, tensor_scale, **meta)
@@ -268,7 +272,7 @@ def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, ha
   if hadamard is not None:
     x = _rotate(x, hadamard, axis, inverse=False)
   if kind == "none":
-    codes = lax.bitcast_convert_type(x.astype(elem.dtype), jnp.uint16)
+    codes = lax.bitcast_convert_type(convert(x, elem.dtype), jnp.uint16)
     return pack(codes, elem_name, axis), None, None
   bits = sc.bits_of(x)
   rbits = None
@@ -373,7 +377,8 @@ def dequantize(q: QuantizedArray, dtype=jnp.float32, *, unrotate: bool = False) 
   """The values a QuantizedArray stands for.
 
   Computed exactly in float32 (IEEE on bit patterns), then rounded to `dtype` (float32,
-  bfloat16 or float16) by a nearest-even cast:
+  bfloat16 or float16) by the nearest-even cast on bit patterns of `numerics.bits.convert`
+  (the same bits on every backend, NaN included):
     e4m3/e5m2: fl(decode(code) * tensor_scale).
     MX: decode(code) * 2^(scale_code - 127), exact (subnormal results included); scale code
       0xFF makes the whole block NaN. A value of 2^128 or more becomes +-Inf: with "ceil",
@@ -381,7 +386,7 @@ def dequantize(q: QuantizedArray, dtype=jnp.float32, *, unrotate: bool = False) 
       round up to it (floor cannot).
     nvfp4: fl(decode(code) * fl(decode_e4m3(scale_code) * S_dec)); an E4M3 NaN scale makes
       the block NaN.
-    f16/bf16: the stored values.
+    f16/bf16: the stored values (their exact bits when `dtype` is the stored dtype).
   Hadamard-rotated arrays give the ROTATED values, unless unrotate=True, which applies the
   inverse rotation (in float32) before the cast to `dtype`.
   """
@@ -403,7 +408,10 @@ def _dequantize_leaves(data, scales, tensor_scale, *, aux, dtype, unrotate):
   kind = get_quantized_format(fmt).scaling
   codes = unpack(data, elem_name, shape[axis], axis)
   if kind == "none":
-    values = lax.bitcast_convert_type(codes, get_format(elem_name).dtype).astype(jnp.float32)
+    stored = lax.bitcast_convert_type(codes, get_format(elem_name).dtype)
+    if not unrotate:
+      return convert(stored, dtype)                   # the stored dtype: its exact bits
+    values = convert(stored, jnp.float32)
   else:
     elem_bits = sc.bits_of(decode(codes, elem_name))
     if kind == "tensor":
@@ -419,4 +427,4 @@ def _dequantize_leaves(data, scales, tensor_scale, *, aux, dtype, unrotate):
     values = sc.float_of(out)
   if unrotate:
     values = _rotate(values, spec, axis, inverse=True)
-  return values.astype(dtype)
+  return convert(values, dtype)

@@ -3,6 +3,8 @@
 Everything here is integer arithmetic on the float32 bit pattern of the input (and table
 look-ups on codes), never a float -> fp8 -> float astype round trip: XLA on GPU may elide
 such round trips (NUMERICS.md section 9), and integer code has no rounding mode to get wrong.
+16-bit inputs are widened to that pattern with integer ops too (numerics/bits.py): XLA's
+float16 -> float32 convert drops a NaN's sign on the GPU.
 
 Rounding of a finite magnitude |x| = sig * 2^(e - 23) (sig the 24-bit significand, e the
 unbiased exponent) to a format with m mantissa bits, bias b, emin = 1 - b:
@@ -30,6 +32,7 @@ import numpy as np
 
 from fp8lab.formats import E2M1, E8M0, ElementFormat, get_minifloat
 from fp8lab.numerics import random as fp8_random
+from fp8lab.numerics.bits import f32_bits
 
 __all__ = ["encode", "decode", "encode_bits", "decode_table", "INPUT_DTYPES", "OUTPUT_DTYPES",
            "as_float_input", "check_rounding"]
@@ -71,11 +74,12 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   """Encodes float values as uint8 codes of an element format.
 
   Args:
-    x: float32, bfloat16 or float16 array of any shape. Any other array dtype (float64
-      included, whatever the x64 setting) raises TypeError. Python scalars and lists go
-      through jnp.asarray (float32 with x64 off, float64 -> TypeError with x64 on). Under
-      jax.jit, jit converts a float64 numpy argument to float32 itself (x64 off) before
-      encode sees it; pass float32 to avoid rounding twice.
+    x: float32, bfloat16 or float16 array of any shape; 16-bit inputs are widened to float32
+      on their bit patterns (numerics/bits.py), so a NaN keeps its sign on every backend.
+      Any other array dtype (float64 included, whatever the x64 setting) raises TypeError.
+      Python scalars and lists go through jnp.asarray (float32 with x64 off, float64 ->
+      TypeError with x64 on). Under jax.jit, jit converts a float64 numpy argument to
+      float32 itself (x64 off) before encode sees it; pass float32 to avoid rounding twice.
     fmt: "e4m3", "e5m2", "e2m1" or "e8m0" (or the ml_dtypes dtype / an ElementFormat).
     saturate: False reproduces ml_dtypes' `x.astype(T).view(uint8)` bit for bit for every
       input: e4m3 overflow (|x| > 464 after rounding) and +-Inf -> NaN 0x7F/0xFF with the
@@ -106,7 +110,7 @@ def encode(x, fmt, *, saturate: bool = False, rounding: str = "nearest", key=Non
   rbits = None
   if rounding == "stochastic":
     rbits = fp8_random.random_bits(key, x.shape, index_offset)
-  bits = lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+  bits = f32_bits(x)                   # 16-bit inputs widened on their bits, see numerics/bits.py
   return encode_bits(bits, f, saturate=saturate, random_bits=rbits, sr_bits=sr_bits)
 
 

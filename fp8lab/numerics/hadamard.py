@@ -148,7 +148,9 @@ def hadamard(x, block: int, *, signs: Any = None, axis: int = -1,
 
   Args:
     x: float32, bfloat16 or float16 array; the length along `axis` must be a multiple of
-      `block` (a rotation mixes a whole block, so padding could not be undone).
+      `block` (a rotation mixes a whole block, so padding could not be undone). 16-bit
+      inputs are widened on their bit patterns (numerics/bits.py): the same bits on every
+      backend.
     block: 16, 32, 64 or 128.
     signs: None (no signs), "fixed", a threefry key (random signs) or a HadamardSpec's
       sign_arg(). See the module docstring.

@@ -33,6 +33,7 @@ from jax import lax
 import numpy as np
 
 from fp8lab.formats import E2M1, E4M3, E8M0, MX_SCALE_MODES, ElementFormat, get_format
+from fp8lab.numerics.bits import f32_bits
 from fp8lab.numerics.codec import decode, encode_bits
 
 __all__ = [
@@ -53,8 +54,10 @@ ONE_BITS = _U(0x3F800000)
 
 
 def bits_of(x) -> jax.Array:
-  """float32 (or bfloat16 / float16, widened exactly) values -> uint32 bit patterns."""
-  return lax.bitcast_convert_type(jnp.asarray(x).astype(jnp.float32), jnp.uint32)
+  """float32 (or bfloat16 / float16) values -> uint32 float32 bit patterns. 16-bit inputs are
+  widened on their bit patterns (numerics/bits.py), so the bits are the same on every backend,
+  NaN sign and payload included; Python scalars become float32 first."""
+  return f32_bits(x)
 
 
 def float_of(bits) -> jax.Array:
@@ -245,6 +248,7 @@ def finite_amax_bits(bits, axis=None) -> jax.Array:
 
 def tensor_amax(x) -> jax.Array:
   """max |x| over the finite elements of x, float32 (0.0 for an empty or all non-finite x).
+  16-bit inputs are widened on their bit patterns, so the result is the same on every backend.
 
   This is the amax that per-tensor current scaling and NVFP4 use, and the value to fold into
   a DelayedScaling history."""
@@ -336,8 +340,9 @@ def nvfp4_block_encode_factor(scale_codes, s_dec_bits) -> jax.Array:
 def current_scale(amax, fmt, margin: int = 0) -> jax.Array:
   """Quantization factor of per-tensor current scaling, Transformer Engine's rule:
   scale = fl(fl(fp8_max / amax) / 2^margin) for a finite amax > 0; 1.0 for amax == 0 or a
-  non-finite amax; FLT_MAX where the quotient overflows (a tiny amax). float32 scalar."""
-  return _current_scale(jnp.asarray(amax, jnp.float32), get_format(fmt).name,
+  non-finite amax; FLT_MAX where the quotient overflows (a tiny amax). float32 scalar.
+  A bfloat16 / float16 amax is widened on its bit patterns (the same on every backend)."""
+  return _current_scale(float_of(bits_of(amax)), get_format(fmt).name,
                         _check_margin(margin))
 
 
@@ -407,7 +412,7 @@ class DelayedScaling:
 
   def update(self, amax) -> "DelayedScaling":
     """Folds a new amax (float32 scalar) in and returns the state with the next scale."""
-    amax = jnp.asarray(amax, jnp.float32).reshape(())
+    amax = float_of(bits_of(amax)).reshape(())          # a 16-bit amax widened on its bits
     history = jnp.concatenate([amax[None], self.amax_history[:-1]])
     if self.amax_compute_algo == "max":
       # The bit patterns of non-negative floats order like the values; NaN (all magnitude
