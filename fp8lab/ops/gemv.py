@@ -145,12 +145,26 @@ def _xla_weight(w) -> jax.Array:
     return values * w.tensor_scale
   if qf.scale_format is None:
     return values
-  scales = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
-  if qf.scaling == "nvfp4":
-    scales = scales * w.tensor_scale              # fl(s_e4m3 * S_dec), as dequantize has it
   rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
-  scales = jnp.repeat(jnp.repeat(scales, rows, axis=0), cols, axis=1)[:n_out, :k]
-  return values * scales
+
+  def per_element(per_block):
+    return jnp.repeat(jnp.repeat(per_block, rows, axis=0), cols, axis=1)[:n_out, :k]
+
+  if qf.scaling == "nvfp4":
+    scales = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
+    return values * per_element(scales * w.tensor_scale)    # fl(s_e4m3 * S_dec) per block
+  # MX: 2^(c - 127) as two normal float32 factors 2^h * 2^(e - h), h = floor(e / 2): the
+  # E8M0 code 0 alone (2^-127) is a float32 subnormal, which XLA flushes to 0 (and an Inf
+  # element times 0 would be NaN). Code 0xFF (NaN) makes its block NaN.
+  e = w.scales.astype(jnp.int32) - qf.scale_format.bias
+  h = e >> 1
+
+  def pow2(n):
+    return lax.bitcast_convert_type((n + 127).astype(jnp.uint32) << 23, jnp.float32)
+
+  nan = w.scales == jnp.uint8(qf.scale_format.nan_code)
+  first = jnp.where(nan, jnp.float32(jnp.nan), pow2(h))
+  return values * per_element(first) * per_element(pow2(e - h))
 
 
 def _xla(w, x: jax.Array) -> jax.Array:
