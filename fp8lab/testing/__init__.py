@@ -23,6 +23,10 @@ conversion agrees with fp8lab on any float32 input::
 Block-format inputs and QuantizedArrays (fp8lab/testing/quantized.py) come the same way:
 `block_arrays("mxfp4", (4, 64))` draws arrays whose blocks span the float32 range and hold
 special values, `quantized_arrays("nvfp4")` draws QuantizedArrays.
+
+Invalid arguments raise hypothesis.errors.InvalidArgument when the strategy is drawn from
+(in @given or `.example()`), not when the strategy function is called, like
+hypothesis.extra.numpy. Formats come from the registry in fp8lab.formats.
 """
 
 from fp8lab.testing.elements import (

@@ -17,6 +17,10 @@ thousands, every single one):
 The last fifth is uniform over all patterns. Hard cases are derived from the format
 descriptors (fp8lab.formats) and ml_dtypes' value tables, never from fp8lab's codec.
 
+Like hypothesis.extra.numpy, invalid arguments (an unknown dtype or format, a wrong type, a
+bad shape) raise hypothesis.errors.InvalidArgument when the strategy is drawn from; calling
+the strategy function does not check them. hard_bit_patterns, not a strategy, raises at once.
+
 All strategies compose with `hypothesis.extra.numpy` like its own strategies do::
 
     from hypothesis import given
@@ -41,15 +45,17 @@ from hypothesis.extra import numpy as hnp
 import ml_dtypes
 import numpy as np
 
-from fp8lab.formats import ElementFormat, get_format
+from fp8lab.formats import FORMAT_NAMES, ElementFormat, get_format
+from fp8lab.testing import _validation as v
 
 __all__ = [
     "DEFAULT_FORMATS", "BIT_DTYPES", "hard_bit_patterns", "float32_bits", "bfloat16_bits",
     "float16_bits", "bits_for", "floats_for", "bit_pattern_arrays", "codes", "code_arrays",
 ]
 
-# The formats whose hard cases the bit strategies favour when none are named.
-DEFAULT_FORMATS: tuple[str, ...] = ("e4m3", "e5m2", "e2m1", "e8m0")
+# The formats whose hard cases the bit strategies favour when none are named: every element
+# format of the registry that fp8lab's codec encodes (e4m3, e5m2, e2m1, e8m0).
+DEFAULT_FORMATS: tuple[str, ...] = tuple(n for n in FORMAT_NAMES if get_format(n).minifloat)
 
 # Input float dtypes and the unsigned integer dtype holding their bit patterns.
 BIT_DTYPES: dict[str, tuple[np.dtype, np.dtype]] = {
@@ -60,22 +66,27 @@ BIT_DTYPES: dict[str, tuple[np.dtype, np.dtype]] = {
 
 
 def _float_dtype(dtype: Any) -> tuple[np.dtype, np.dtype]:
-  name = np.dtype(dtype).name
-  if name not in BIT_DTYPES:
-    raise ValueError(f"bit patterns are drawn for {', '.join(BIT_DTYPES)}; got {name}")
-  return BIT_DTYPES[name]
+  return BIT_DTYPES[v.float_dtype(dtype, BIT_DTYPES)]
 
 
 def _formats(formats: str | ElementFormat | Iterable[Any] | None) -> tuple[ElementFormat, ...]:
   if formats is None:
     formats = DEFAULT_FORMATS
-  if isinstance(formats, (str, ElementFormat)):
-    formats = (formats,)
-  fs = tuple(get_format(f) for f in formats)
+  # One format (a name, a descriptor or an ml_dtypes dtype) stands for itself.
+  fs = tuple(v.element_format(f, "formats") for f in v.menu(
+      formats, "formats", (str, ElementFormat, np.dtype, type)))
   for f in fs:
     if not f.minifloat:
-      raise ValueError(f"hard cases are defined for element formats, not {f.name!r}")
+      raise v.InvalidArgument(f"formats: hard cases are defined for the element formats "
+                              f"{', '.join(DEFAULT_FORMATS)}, not {f.name!r}")
   return fs
+
+
+def _shape(shape: Any) -> Any:
+  """A shape for hnp.arrays; a strategy of shapes has each drawn shape checked."""
+  if isinstance(shape, st.SearchStrategy):
+    return shape.map(v.array_shape)
+  return v.array_shape(shape)
 
 
 def _grid(f: ElementFormat) -> np.ndarray:
@@ -161,18 +172,19 @@ def hard_bit_patterns(dtype: Any = np.float32, formats: Any = None) -> np.ndarra
   every finite value of each format, every midpoint of two neighbours (ties; the overflow
   threshold), each +- 1 ulp of `dtype`, and `dtype`'s specials (+-0, +-Inf, NaN payloads,
   subnormal and normal extremes), all with both signs. Points that `dtype` cannot represent
-  exactly are left out.
+  exactly are left out. Invalid arguments raise hypothesis.errors.InvalidArgument.
   """
   name = _float_dtype(dtype)[0].name
   return _hard_bit_patterns(name, tuple(f.name for f in _formats(formats))).copy()
 
 
+@v.lazy
 def bits_for(dtype: Any = np.float32, formats: Any = None) -> st.SearchStrategy[int]:
   """Raw bit patterns (Python ints) of `dtype` weighted toward the hard cases of `formats`.
 
   Args:
     dtype: float32, bfloat16 or float16; the ints are in [0, 2^32) or [0, 2^16).
-    formats: an element format name, or several (default: all four minifloats).
+    formats: an element format name, or several (default: DEFAULT_FORMATS).
 
   The draws come in five kinds, about equally likely: `dtype`'s specials (+-0, +-Inf, NaN
   payloads, subnormal and normal extremes, both signs); the few edges of each format
@@ -195,6 +207,9 @@ def bits_for(dtype: Any = np.float32, formats: Any = None) -> st.SearchStrategy[
                    st.integers(0, top))
 
 
+_bits_for = bits_for.__wrapped__     # the checking builder, for the strategies below
+
+
 def float32_bits(formats: Any = None) -> st.SearchStrategy[int]:
   """float32 bit patterns (ints in [0, 2^32)) weighted toward the hard cases of `formats`."""
   return bits_for(np.float32, formats)
@@ -210,14 +225,18 @@ def float16_bits(formats: Any = None) -> st.SearchStrategy[int]:
   return bits_for(np.float16, formats)
 
 
+@v.lazy
 def floats_for(fmt: Any, dtype: Any = np.float32) -> st.SearchStrategy[np.generic]:
   """Scalars of `dtype` (numpy scalars, exact bits: NaN payloads survive) weighted toward
   the hard cases of the one format `fmt`."""
   float_dtype, uint_dtype = _float_dtype(dtype)
-  return bits_for(float_dtype, (fmt,)).map(
+  if not isinstance(fmt, (str, ElementFormat, np.dtype, type)):
+    raise v.InvalidArgument(f"fmt must be one format, got {fmt!r}")
+  return _bits_for(float_dtype, (fmt,)).map(
       lambda b: np.array(b, dtype=uint_dtype).view(float_dtype)[()])
 
 
+@v.lazy
 def bit_pattern_arrays(dtype: Any = np.float32, shape: Any = 32, *, formats: Any = None
                        ) -> st.SearchStrategy[np.ndarray]:
   """Arrays of `dtype` (float32, bfloat16, float16) of `shape` built from raw bit patterns.
@@ -227,17 +246,19 @@ def bit_pattern_arrays(dtype: Any = np.float32, shape: Any = 32, *, formats: Any
   reinterpreted, never converted, so every pattern (NaN payloads included) can occur.
   """
   float_dtype, uint_dtype = _float_dtype(dtype)
-  return hnp.arrays(uint_dtype, shape, elements=bits_for(float_dtype, formats)).map(
+  return hnp.arrays(uint_dtype, _shape(shape), elements=_bits_for(float_dtype, formats)).map(
       lambda a: a.view(float_dtype))
 
 
+@v.lazy
 def codes(fmt: Any, *, allow_nan: bool = True) -> st.SearchStrategy[int]:
   """Valid codes of an element format as ints: 0..255, or 0..15 for e2m1 (low nibble).
 
   allow_nan=False leaves out the format's NaN codes (e4m3 0x7F/0xFF, e5m2 s.11111.{01,10,11},
   e8m0 0xFF); Inf codes (e5m2 0x7C/0xFC) stay.
   """
-  f = get_format(fmt)
+  f = v.element_format(fmt)
+  v.check_bool(allow_nan, "allow_nan")
   every = np.arange(1 << f.bits)
   if allow_nan:
     return st.integers(0, (1 << f.bits) - 1)
@@ -248,9 +269,13 @@ def codes(fmt: Any, *, allow_nan: bool = True) -> st.SearchStrategy[int]:
   return st.sampled_from([int(c) for c in every[~nan]])
 
 
+_codes = codes.__wrapped__
+
+
+@v.lazy
 def code_arrays(fmt: Any, shape: Any = 32, *, allow_nan: bool = True
                 ) -> st.SearchStrategy[np.ndarray]:
   """uint8 arrays (uint16 for "f16"/"bf16" patterns) of valid codes of `fmt` of `shape`."""
-  f = get_format(fmt)
+  f = v.element_format(fmt)
   dtype = np.uint16 if f.bits == 16 else np.uint8
-  return hnp.arrays(dtype, shape, elements=codes(f, allow_nan=allow_nan))
+  return hnp.arrays(dtype, _shape(shape), elements=_codes(f, allow_nan=allow_nan))

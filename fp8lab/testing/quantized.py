@@ -29,50 +29,79 @@ Example::
       ...
 
 Shapes are drawn from small menus by default (each new shape costs a jit compilation).
+
+Like hypothesis.extra.numpy, invalid arguments (an unknown format or dtype, a block_shape or
+scale mode the format does not take, a bad shape or axis, an empty menu, a wrong type)
+raise hypothesis.errors.InvalidArgument when the strategy is drawn from, not at the call.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fp8lab.formats import MX_SCALE_MODES, QUANTIZED, get_quantized_format
+from fp8lab.formats import MX_SCALE_MODES, QUANTIZED, QuantizedFormat
 from fp8lab.numerics.packing import pack
 from fp8lab.quantized import QuantizedArray, scales_shape
-from fp8lab.testing.elements import code_arrays
+from fp8lab.testing import _validation as v
+from fp8lab.testing.elements import BIT_DTYPES, code_arrays
 
 __all__ = ["BLOCK_FORMATS", "quantize_shapes", "block_arrays", "quantize_inputs",
            "quantized_arrays", "block_size"]
 
 # The quantized formats with block scales, from the registry.
 BLOCK_FORMATS = tuple(q.name for q in QUANTIZED.values() if q.block_shapes)
-_INPUT_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
+# Block exponents of block_arrays: float32's, from the smallest subnormal to the top binade.
+_MIN_EXPONENT, _MAX_EXPONENT = -149, 127
+# The keyword arguments quantize_inputs passes on to block_arrays (it sets the others).
+_BLOCK_KWARGS = ("min_exponent", "max_exponent")
 
 
 def block_size(fmt: str, block_shape=None) -> tuple[int, ...]:
-  """The block shape `quantize` uses for `fmt` (per-tensor formats: the whole axis, (0,))."""
-  if block_shape is not None:
-    return tuple(block_shape)
-  return get_quantized_format(fmt).block_shape or (0,)
+  """The block shape `quantize` uses for `fmt` (per-tensor formats: the whole axis, (0,)).
+
+  Not a strategy: an unknown format or a block_shape `fmt` does not take raises
+  hypothesis.errors.InvalidArgument at once.
+  """
+  return v.block_shape_of(v.quantized_format(fmt), block_shape) or (0,)
+
+
+def _exponents(min_exponent: Any, max_exponent: Any) -> tuple[int, int]:
+  lo = v.check_int(min_exponent, "min_exponent", _MIN_EXPONENT, _MAX_EXPONENT)
+  hi = v.check_int(max_exponent, "max_exponent", _MIN_EXPONENT, _MAX_EXPONENT)
+  v.check_interval(lo, hi, "min_exponent", "max_exponent")
+  return lo, hi
+
+
+@v.lazy
+def quantize_shapes(fmt: str = "mxfp4", *, block_shape=None, max_blocks: int = 3,
+                    max_rank: int = 2, max_other: int = 3
+                    ) -> st.SearchStrategy[tuple[tuple[int, ...], int]]:
+  """(shape, axis) with 1..max_blocks blocks along `axis` (the last possibly partial) and
+  1..max_other along each other axis; for a 16x16 tile shape, blocks along both last axes
+  (so max_rank must be at least 2)."""
+  qf = v.quantized_format(fmt)
+  bs = v.block_shape_of(qf, block_shape) or (0,)
+  max_blocks = v.check_int(max_blocks, "max_blocks", 1)
+  max_rank = v.check_int(max_rank, "max_rank", len(bs))
+  max_other = v.check_int(max_other, "max_other", 1)
+  return _quantize_shapes(bs, max_blocks, max_rank, max_other)
 
 
 @st.composite
-def quantize_shapes(draw, fmt: str = "mxfp4", *, block_shape=None, max_blocks: int = 3,
-                    max_rank: int = 2, max_other: int = 3) -> tuple[tuple[int, ...], int]:
-  """(shape, axis) with 1..max_blocks blocks along `axis` (the last possibly partial) and
-  1..max_other along each other axis; for a 16x16 tile shape, blocks along both last axes."""
-  (b, *rest) = block_size(fmt, block_shape)
+def _quantize_shapes(draw, bs: tuple[int, ...], max_blocks: int, max_rank: int,
+                     max_other: int) -> tuple[tuple[int, ...], int]:
+  (b, *rest) = bs
   b = b or 32
   def length():
     blocks = draw(st.integers(1, max_blocks))
     tail = draw(st.sampled_from([0, 0, 1, b // 2, b - 1]))
     return max(blocks * b - tail, 1)
   if rest:                                              # (16, 16) tiles: the last two axes
-    rank = draw(st.integers(2, max(2, max_rank)))
+    rank = draw(st.integers(2, max_rank))
     shape = tuple(draw(st.integers(1, max_other)) for _ in range(rank - 2))
     shape += (length(), length())
     return shape, draw(st.sampled_from([rank - 2, rank - 1]))
@@ -83,30 +112,42 @@ def quantize_shapes(draw, fmt: str = "mxfp4", *, block_shape=None, max_blocks: i
   return tuple(shape), axis
 
 
-def _element_format(fmt: str):
-  qf = get_quantized_format(fmt)
-  return qf.element if qf.element.minifloat else None
-
-
-@st.composite
-def block_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] = (64,), axis: int = -1,
+@v.lazy
+def block_arrays(fmt: str = "mxfp4", shape: tuple[int, ...] = (64,), axis: int = -1,
                  *, block_shape=None, dtype: Any = np.float32, allow_nan: bool = True,
-                 allow_inf: bool = True, min_exponent: int = -149,
-                 max_exponent: int = 127) -> np.ndarray:
-  """An array of `shape` whose blocks along `axis` each have their own magnitude.
+                 allow_inf: bool = True, min_exponent: int = _MIN_EXPONENT,
+                 max_exponent: int = _MAX_EXPONENT) -> st.SearchStrategy[np.ndarray]:
+  """Arrays of `shape` whose blocks along `axis` each have their own magnitude.
 
   Args:
     fmt: the quantized format whose blocks (and element grid, for exact ties) are targeted.
-    shape, axis: as from `quantize_shapes`.
+    shape, axis: as from `quantize_shapes` (a 16x16 block_shape: axis one of the last two).
     dtype: float32, bfloat16 or float16 (16-bit arrays are the float32 draws rounded by
       ml_dtypes/numpy, so their blocks are still spread over their own range).
     allow_nan, allow_inf: whether NaN (both signs, several payloads) and +-Inf may occur.
-    min_exponent, max_exponent: range of the block exponents (unbiased, float32).
+    min_exponent, max_exponent: range of the block exponents (unbiased, float32: within
+      -149..127).
   """
-  shape = tuple(shape)
+  qf = v.quantized_format(fmt)
+  shape = v.array_shape(shape, min_dims=1)
+  axis = v.axis_of(axis, len(shape))
+  bs = v.block_shape_of(qf, block_shape)
+  v.check_tiles(qf, bs, len(shape), axis)
+  dtype = BIT_DTYPES[v.float_dtype(dtype, BIT_DTYPES)][0]
+  v.check_bool(allow_nan, "allow_nan")
+  v.check_bool(allow_inf, "allow_inf")
+  min_exponent, max_exponent = _exponents(min_exponent, max_exponent)
+  return _block_arrays(qf.name, shape, axis, bs or (0,), dtype, allow_nan, allow_inf,
+                       min_exponent, max_exponent)
+
+
+@st.composite
+def _block_arrays(draw, fmt: str, shape: tuple[int, ...], axis: int, bs: tuple[int, ...],
+                  dtype: np.dtype, allow_nan: bool, allow_inf: bool, min_exponent: int,
+                  max_exponent: int) -> np.ndarray:
+  # The private strategies take checked arguments, formats by name (short reprs).
+  qf = QUANTIZED[fmt]
   ndim = len(shape)
-  axis %= ndim
-  bs = block_size(fmt, block_shape)
   # One exponent per block: every element's block coordinates, raveled to a block id.
   per_dim = [1] * ndim
   if len(bs) == 2:
@@ -129,7 +170,7 @@ def block_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] = (64,), axis:
                                 max_size=size)), np.int64)
   drop = np.array(draw(st.lists(st.integers(0, 12), min_size=size, max_size=size)), np.int64)
   signs = np.array(draw(st.lists(st.booleans(), min_size=size, max_size=size)), bool)
-  elem = _element_format(fmt)
+  elem = qf.element if qf.element.minifloat else None
   if elem is not None:
     grid = np.unique(np.abs(np.arange(1 << elem.bits, dtype=np.uint8).view(elem.dtype)
                             .astype(np.float64)))
@@ -166,69 +207,129 @@ def block_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] = (64,), axis:
   bits = (bits.astype(np.uint32) & np.uint32(0x7FFFFFFF)) | np.where(
       signs, np.uint32(0x80000000), np.uint32(0))
   x = bits.astype(np.uint32).view(np.float32).reshape(shape)
-  want = np.dtype(_INPUT_DTYPES.get(np.dtype(dtype).name, dtype))
-  if want != np.float32:
+  if dtype != np.float32:
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-      x = x.astype(want)
+      x = x.astype(dtype)
   return x
 
 
-@st.composite
-def quantize_inputs(draw, formats: Sequence[str] = BLOCK_FORMATS, *,
+@v.lazy
+def quantize_inputs(formats: Sequence[str] = BLOCK_FORMATS, *,
                     scale_modes: Sequence[str] = MX_SCALE_MODES, dtypes=(np.float32,),
                     shapes: Sequence[tuple[tuple[int, ...], int]] | None = None,
                     allow_nan: bool = True, allow_inf: bool = True,
-                    tiles: bool = True, **block_kwargs) -> dict:
+                    tiles: bool = True, **block_kwargs) -> st.SearchStrategy[dict]:
   """Keyword arguments for fp8lab.quantize: x, fmt, axis, scale_mode, block_shape.
 
-  `shapes`: a menu of (shape, axis) pairs to choose from (default: `quantize_shapes`);
-  `tiles`: whether nvfp4 may use block_shape (16, 16). Other keyword arguments go to
-  `block_arrays`.
+  `formats`: a menu of quantized format names (one name: that format); `scale_modes`: the
+  modes drawn for formats that take one (each must be one of theirs); `dtypes`: a menu of
+  input dtypes; `shapes`: a menu of (shape, axis) pairs to choose from (default:
+  `quantize_shapes`); `tiles`: whether nvfp4 may use block_shape (16, 16). The other
+  keyword arguments, min_exponent and max_exponent, go to `block_arrays`.
   """
-  fmt = draw(st.sampled_from(list(formats)))
+  qfs = tuple(v.quantized_format(f, "formats")
+              for f in v.menu(formats, "formats", (str, QuantizedFormat)))
+  modes = v.menu(scale_modes, "scale_modes")
+  takes_mode = [q for q in qfs if len(q.scale_modes) > 1]
+  valid = {m for q in (takes_mode or QUANTIZED.values()) for m in q.scale_modes}
+  for m in modes:
+    if not isinstance(m, str) or m not in valid:
+      raise v.InvalidArgument(f"scale_modes: {m!r} is not a scale mode of "
+                              f"{', '.join(q.name for q in takes_mode or qfs)}; valid: "
+                              f"{', '.join(sorted(valid))}")
+  mode_menus = {}
+  for q in takes_mode:
+    mode_menus[q.name] = [m for m in modes if m in q.scale_modes]
+    if not mode_menus[q.name]:
+      raise v.InvalidArgument(f"scale_modes: none of {modes} is a scale mode of {q.name!r}")
+  dtype_menu = [BIT_DTYPES[v.float_dtype(d, BIT_DTYPES, "dtypes")][0]
+                for d in v.menu(dtypes, "dtypes", (str, np.dtype, type))]
+  shape_menu = None
+  if shapes is not None:
+    shape_menu = []
+    for pair in v.menu(shapes, "shapes", ()):
+      if isinstance(pair, (str, bytes)) or not isinstance(pair, Sequence) or len(pair) != 2:
+        raise v.InvalidArgument(f"shapes must hold (shape, axis) pairs, got {pair!r}")
+      shape = v.array_shape(pair[0], "shapes: shape", min_dims=1)
+      v.axis_of(pair[1], len(shape), "shapes: axis")
+      shape_menu.append((shape, int(pair[1])))
+  v.check_bool(allow_nan, "allow_nan")
+  v.check_bool(allow_inf, "allow_inf")
+  v.check_bool(tiles, "tiles")
+  unknown = sorted(set(block_kwargs) - set(_BLOCK_KWARGS))
+  if unknown:
+    raise v.InvalidArgument(f"quantize_inputs passes only {', '.join(_BLOCK_KWARGS)} on to "
+                            f"block_arrays; got {', '.join(unknown)}")
+  exponents = _exponents(block_kwargs.get("min_exponent", _MIN_EXPONENT),
+                         block_kwargs.get("max_exponent", _MAX_EXPONENT))
+  return _quantize_inputs(tuple(q.name for q in qfs), mode_menus, dtype_menu, shape_menu,
+                          allow_nan, allow_inf, tiles, exponents)
+
+
+@st.composite
+def _quantize_inputs(draw, fmts, mode_menus, dtype_menu, shape_menu, allow_nan, allow_inf,
+                     tiles, exponents) -> dict:
+  qf = QUANTIZED[draw(st.sampled_from(fmts))]
   block_shape = None
-  tile_shapes = [b for b in get_quantized_format(fmt).block_shapes if len(b) == 2]
+  tile_shapes = [b for b in qf.block_shapes if len(b) == 2]
   if tile_shapes and tiles and draw(st.booleans()):
     block_shape = draw(st.sampled_from(tile_shapes))
-  if shapes is not None:
-    menu = [(s, a) for s, a in shapes if block_shape is None or len(s) >= 2 and
+  bs = block_shape or qf.block_shape or (0,)
+  if shape_menu is not None:
+    menu = [(s, a) for s, a in shape_menu if block_shape is None or len(s) >= 2 and
             a % len(s) >= len(s) - 2]
     shape, axis = draw(st.sampled_from(menu)) if menu else draw(
-        quantize_shapes(fmt, block_shape=block_shape))
+        _quantize_shapes(bs, 3, 2, 3))
   else:
-    shape, axis = draw(quantize_shapes(fmt, block_shape=block_shape))
-  dtype = draw(st.sampled_from(list(dtypes)))
-  x = draw(block_arrays(fmt, shape, axis, block_shape=block_shape, dtype=dtype,
-                        allow_nan=allow_nan, allow_inf=allow_inf, **block_kwargs))
-  kw = dict(x=x, fmt=fmt, axis=axis)
-  if len(get_quantized_format(fmt).scale_modes) > 1:
-    kw["scale_mode"] = draw(st.sampled_from(list(scale_modes)))
+    shape, axis = draw(_quantize_shapes(bs, 3, 2, 3))
+  dtype = draw(st.sampled_from(dtype_menu))
+  x = draw(_block_arrays(qf.name, shape, axis % len(shape), bs, dtype, allow_nan, allow_inf,
+                         *exponents))
+  kw = dict(x=x, fmt=qf.name, axis=axis)
+  if qf.name in mode_menus:
+    kw["scale_mode"] = draw(st.sampled_from(mode_menus[qf.name]))
   if block_shape is not None:
     kw["block_shape"] = block_shape
   return kw
 
 
-@st.composite
-def quantized_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] | None = None,
+@v.lazy
+def quantized_arrays(fmt: str = "mxfp4", shape: tuple[int, ...] | None = None,
                      axis: int | None = None, *, block_shape=None,
-                     allow_nan: bool = True) -> QuantizedArray:
-  """A QuantizedArray of arbitrary valid codes (not an output of quantize).
+                     allow_nan: bool = True) -> st.SearchStrategy[QuantizedArray]:
+  """QuantizedArrays of arbitrary valid codes (not outputs of quantize).
 
-  Element codes: any code of the element format (NaN codes only if allow_nan); scales: any
-  E8M0 code for MX (0xFF only if allow_nan), any non-negative E4M3 code for nvfp4 (0x7F
-  only if allow_nan); tensor_scale: a raw positive finite float32 (nonzero). The packed
-  padding is zero codes, as pack writes it.
+  shape, axis: the array's (axis default: the last); shape None draws both from
+  `quantize_shapes` (then axis must be None too). Element codes: any code of the element
+  format (NaN codes only if allow_nan); scales: any E8M0 code for MX (0xFF only if
+  allow_nan), any non-negative E4M3 code for nvfp4 (0x7F only if allow_nan); tensor_scale:
+  a raw positive finite float32 (nonzero). The packed padding is zero codes, as pack
+  writes it.
   """
-  qf = get_quantized_format(fmt)
-  elem_name, default_block = qf.element.name, qf.block_shape
+  qf = v.quantized_format(fmt)
+  bs = v.block_shape_of(qf, block_shape)
+  v.check_bool(allow_nan, "allow_nan")
   if shape is None:
-    shape, axis = draw(quantize_shapes(fmt, block_shape=block_shape))
-  shape = tuple(shape)
-  axis = (len(shape) - 1 if axis is None else axis) % len(shape)
+    if axis is not None:
+      raise v.InvalidArgument(f"axis={axis!r} without a shape: shape=None draws the axis too")
+  else:
+    shape = v.array_shape(shape, min_dims=1)
+    axis = v.axis_of(len(shape) - 1 if axis is None else axis, len(shape))
+    v.check_tiles(qf, bs, len(shape), axis)
+  return _quantized_arrays(qf.name, shape, axis, bs, allow_nan)
+
+
+@st.composite
+def _quantized_arrays(draw, fmt: str, shape: tuple[int, ...] | None, axis: int | None,
+                      bs: tuple[int, ...] | None, allow_nan: bool) -> QuantizedArray:
+  qf = QUANTIZED[fmt]
+  elem_name = qf.element.name
+  if shape is None:
+    shape, axis = draw(_quantize_shapes(bs or (0,), 3, 2, 3))
+    axis %= len(shape)
   codes = draw(code_arrays(elem_name, shape, allow_nan=allow_nan))
   data = np.asarray(pack(codes, elem_name, axis))
   scales = tensor_scale = None
-  bs = tuple(block_shape) if block_shape is not None else default_block
   sf = qf.scale_format
   if sf is not None:
     sshape = scales_shape(shape, axis, bs)
@@ -237,7 +338,7 @@ def quantized_arrays(draw, fmt: str = "mxfp4", shape: tuple[int, ...] | None = N
   if qf.tensor_scale:
     tensor_scale = np.array(draw(st.integers(1, 0x7F7FFFFF)), np.uint32).view(np.float32)
   return QuantizedArray(
-      data, scales, tensor_scale, format=fmt, element_format=elem_name, shape=shape,
+      data, scales, tensor_scale, format=qf.name, element_format=elem_name, shape=shape,
       axis=axis, block_shape=bs if sf is not None else None,
       scale_mode=draw(st.sampled_from(qf.scale_modes)) if len(qf.scale_modes) > 1 else None,
       hadamard=None)
