@@ -7,6 +7,9 @@ Times, side by side in one run, y = x @ dequantize(w).T for weights of shape (n_
              e4m3 / e5m2-coded formats, which the default decodes natively on sm_89+ GPUs
              (not in the default --ops);
   reference  fp8lab.gemv_packed(w, x, implementation="reference"): golden dequantize + jnp.dot;
+  xla_packed fp8lab.gemv_packed(w, x, implementation="xla"): jnp over the same packed words,
+             bitcast to XLA's float8 / float4 dtypes (skipped from the default --ops where
+             this fp8lab has no "xla" implementation);
   xla_f32    XLA's GEMV over float32 weights (float32 x);
   xla_bf16   XLA's GEMV over bfloat16 weights (bfloat16 x);
   xla_e4m3   XLA's GEMV over float8_e4m3fn weights upcast to bfloat16 inside the fusion,
@@ -58,30 +61,39 @@ import numpy as np  # noqa: E402
 
 import fp8lab  # noqa: E402
 from benchmarks import timing  # noqa: E402
+from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
 
-ALL_OPS = ("pallas", "pallas_int", "reference", "xla_f32", "xla_bf16", "xla_e4m3")
-DEFAULT_OPS = ("pallas", "reference", "xla_f32", "xla_bf16", "xla_e4m3")
-FP8LAB_OPS = ("pallas", "pallas_int", "reference")
-# pallas_int: the kernel with the integer decode forced (fp8_decode="integer"), for the
-# formats whose codes the default decode may convert natively (sm_89+ GPUs).
-INT_DECODE_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2")
+ALL_OPS = ("pallas", "pallas_int", "reference", "xla_packed", "xla_f32", "xla_bf16",
+           "xla_e4m3")
+DEFAULT_OPS = ("pallas", "reference", "xla_packed", "xla_f32", "xla_bf16", "xla_e4m3")
+FP8LAB_OPS = ("pallas", "pallas_int", "reference", "xla_packed")
+# Ops whose output is compared with the reference op's (max_rel_diff_vs_reference, agrees).
+CHECKED_OPS = ("pallas", "pallas_int", "xla_packed")
 XLA_OPS = ("xla_f32", "xla_bf16", "xla_e4m3")
 
-# Benchmark format name -> (fp8lab.quantize format, extra quantize keyword arguments).
-FORMATS: dict[str, tuple[str, dict[str, Any]]] = {
-    "e4m3": ("e4m3", {}),
-    "e5m2": ("e5m2", {}),
-    "mxfp8": ("mxfp8", {}),
-    "mxfp8_e5m2": ("mxfp8_e5m2", {}),
-    "mxfp4": ("mxfp4", {}),
-    "nvfp4": ("nvfp4", {}),
-    "nvfp4_2d": ("nvfp4", {"block_shape": (16, 16)}),
-    # Hadamard-rotated weights (blocks of 32 along k): gemv_packed rotates x the same way
-    # first, and that rotation is part of the timed op.
+# Benchmark-only variants that are not registry layouts: name -> (quantized format, extra
+# quantize keyword arguments). mxfp4_had32: Hadamard-rotated weights (blocks of 32 along k);
+# gemv_packed rotates x the same way first, and that rotation is part of the timed op.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "mxfp4_had32": ("mxfp4", {"hadamard": 32}),
-    "f16": ("f16", {}),
-    "bf16": ("bf16", {}),
 }
+
+
+def _formats() -> dict[str, tuple[str, dict[str, Any]]]:
+  """Every registry layout (fp8lab.formats.LAYOUTS) plus VARIANTS, each after its base
+  quantized format in registry order (the table's row order)."""
+  entries = {name: (qname, {} if bs is None else {"block_shape": bs})
+             for name, (qname, bs) in LAYOUTS.items()}
+  entries.update(VARIANTS)
+  return {name: entries[name] for q in QUANTIZED for name in entries if entries[name][0] == q}
+
+
+# Benchmark format name -> (fp8lab.quantize format, extra quantize keyword arguments).
+FORMATS: dict[str, tuple[str, dict[str, Any]]] = _formats()
+# pallas_int: the kernel with the integer decode forced (fp8_decode="integer"), for the
+# formats whose elements the default decode may convert natively (sm_89+ GPUs).
+INT_DECODE_FORMATS = tuple(name for name, (q, _) in FORMATS.items()
+                           if QUANTIZED[q].element.f16x2_convert)
 DEFAULT_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "bf16")
 GPU_SIZES = ("16384x16384", "4096x14336", "14336x4096", "8192x8192", "4096x4096")
 SMOKE_SIZES = ("256x512", "200x300")
@@ -95,7 +107,9 @@ XLA_BASELINES = {
 }
 
 _OPS = flags.DEFINE_list("ops", list(DEFAULT_OPS),
-                        f"Ops to time, from {', '.join(ALL_OPS)} (pallas_int: not by default).")
+                        f"Ops to time, from {', '.join(ALL_OPS)} (pallas_int: not by default; "
+                        "xla_packed: left out of the default where fp8lab.ops.IMPLEMENTATIONS "
+                        "has no 'xla').")
 _FORMATS = flags.DEFINE_list(
     "formats", list(DEFAULT_FORMATS),
     f"Weight formats for the pallas and reference ops, from {', '.join(FORMATS)}.")
@@ -188,6 +202,11 @@ def machine_info() -> dict[str, Any]:
   }
 
 
+def unavailable_ops(ops) -> list[str]:
+  """The ops this fp8lab cannot run yet: xla_packed without an "xla" implementation."""
+  return [op for op in ops if op == "xla_packed" and "xla" not in fp8lab.ops.IMPLEMENTATIONS]
+
+
 def check_fp8lab_api(ops: list[str]) -> None:
   """Fails with a clear message when the fp8lab ops the run needs are not there yet."""
   if not any(op in FP8LAB_OPS for op in ops):
@@ -218,6 +237,9 @@ def make_op(op: str, interpret: bool) -> Callable[[Any, jax.Array], jax.Array]:
                              fp8_decode="integer")
   if op == "reference":
     return functools.partial(_gemv_packed, implementation="reference", interpret=False)
+  if op == "xla_packed":
+    # Plain jnp (XLA) over the packed words: no kernel, so no interpret mode.
+    return functools.partial(_gemv_packed, implementation="xla", interpret=False)
   if op in XLA_OPS:
     return _xla_gemv
   raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
@@ -462,8 +484,10 @@ def _weight_maker(fmt: str | None, dtype_name: str | None, n_out: int, k: int):
 def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, warmup: int,
                   copies_flag: int, interpret: bool, x_dtype: str, copy_gib: float,
                   budget_s: float, l2_bytes: int, call_bytes: int, mem_bytes: int,
-                  max_copies: int, agree_tol: float) -> dict[str, Any]:
-  """Runs the grids in order and writes the JSON; returns the results document."""
+                  max_copies: int, agree_tol: float,
+                  dropped_ops: tuple[str, ...] = ()) -> dict[str, Any]:
+  """Runs the grids in order and writes the JSON; returns the results document.
+  `dropped_ops`: default ops left out because this fp8lab cannot run them (recorded)."""
   for g in grids:
     g.validate()
   check_fp8lab_api([op for g in grids for op in g.ops])
@@ -480,9 +504,12 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
                    "reps": reps, "warmup": warmup, "copies": copies_flag or "auto",
                    "l2_bytes": l2_bytes, "call_bytes": call_bytes, "mem_bytes": mem_bytes,
                    "max_copies": max_copies, "x_dtype": x_dtype, "interpret": interpret,
-                   "agree_tol": agree_tol, "time_budget_s": budget_s},
+                   "agree_tol": agree_tol, "time_budget_s": budget_s,
+                   "dropped_ops": list(dropped_ops)},
   }
   run = Run(out_path, meta, budget_s)
+  if dropped_ops:
+    run.log(f"left out of the default ops (not in this fp8lab): {', '.join(dropped_ops)}")
   run.log(f"{meta['machine']['device_kind']} ({meta['machine']['backend']}), jax "
           f"{jax.__version__}; writing {out_path}")
   meta["dispatch_overhead_us"] = timing.dispatch_overhead_s() * 1e6
@@ -560,7 +587,7 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
             interpret=interpret, reps=reps, warmup=warmup, copy_gbps=copy_gbps,
             keep_outputs=fmt is not None)
         run.rows.append(rows[op])
-      for op in ("pallas", "pallas_int"):
+      for op in CHECKED_OPS:
         if outs.get(op) is None or outs.get("reference") is None:
           continue
         err = max_rel_diff(outs[op], outs["reference"])
@@ -654,7 +681,12 @@ def main(argv: list[str]) -> None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
     out = os.path.join(_REPO, "benchmarks", "results",
                        f"gemv_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
-  default = Grid(ops=tuple(_OPS.value), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
+  ops = list(_OPS.value)
+  # The default ops skip what this fp8lab lacks (xla_packed before the "xla" implementation
+  # exists); ops named by --ops or a plan's ops= run, and fail, as asked.
+  dropped = [] if flags.FLAGS["ops"].present else unavailable_ops(ops)
+  ops = [op for op in ops if op not in dropped]
+  default = Grid(ops=tuple(ops), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
                  batches=tuple(batches))
   try:
     default.validate()
@@ -677,7 +709,7 @@ def main(argv: list[str]) -> None:
       copy_gib=_COPY_GIB.value if _COPY_GIB.value is not None else (1 / 16 if smoke else 4.0),
       budget_s=_TIME_BUDGET_S.value, l2_bytes=int(_L2_MB.value * 2**20),
       call_bytes=int(_CALL_GIB.value * 2**30), mem_bytes=int(_MEM_GIB.value * 2**30),
-      max_copies=_MAX_COPIES.value, agree_tol=_AGREE_TOL.value)
+      max_copies=_MAX_COPIES.value, agree_tol=_AGREE_TOL.value, dropped_ops=tuple(dropped))
   print()
   print(format_table(doc))
   print(f"\nresults: {out}")

@@ -9,8 +9,8 @@ One call on the lent GPU does, in order (each step budgeted, a short table print
   3. XLA baselines at the tuning shape: fp32, bf16 and float8_e4m3fn-weight GEMV;
   4. the sweep: candidate GemvConfigs per (format, batch), timed like benchmarks/timing.py
      (R distinct weight copies per compiled call, median over reps, divided by R).
-It works on raw arrays (packed words, scale codes, tensor scale), not on QuantizedArray, so it
-needs nothing but fp8lab.numerics and the kernel.
+It works on raw arrays (packed words, scale codes, tensor scale; benchmarks/kernel_inputs.py),
+not on QuantizedArray, so that any launch config can be tried.
 
   python benchmarks/gpu_tune.py --out=$OUT/tune.json            # on the GPU
   python benchmarks/gpu_tune.py --smoke                          # CPU: tiny, interpret mode
@@ -28,142 +28,49 @@ import sys
 import tempfile
 import time
 
-if __name__ == "__main__":
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)   # run as a script: fp8lab and benchmarks from the working tree
 
-from absl import app, flags
-import jax
-import jax.numpy as jnp
-import numpy as np
+from absl import app, flags  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
 
-from benchmarks import timing
-from fp8lab.formats import get_format
-from fp8lab.kernels import gemv as G
-from fp8lab.numerics.codec import decode
+from benchmarks.kernel_inputs import (LAYOUT_NAMES, check_layouts, dequantize64,  # noqa: E402
+                                      parse_config, plan_of, random_weight,
+                                      time_host_us)
+from fp8lab.kernels import gemv as G  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "JSON results path")
 flags.DEFINE_string("size", "16384x16384", "n_out x k of the timing shape")
-flags.DEFINE_list("formats", ["e4m3", "e5m2", "mxfp4", "nvfp4"], "formats to tune")
+flags.DEFINE_list("formats", ["e4m3", "e5m2", "mxfp4", "nvfp4"],
+                  f"formats to tune, from {', '.join(LAYOUT_NAMES)}")
 flags.DEFINE_list("batches", ["1", "16"], "batches to tune")
-flags.DEFINE_string("sweep", "small", "candidate set: default (tuned table only), small, large")
+flags.DEFINE_enum("sweep", "small", ["default", "small", "large"],
+                  "candidate set: default (tuned table only), small, large")
 flags.DEFINE_integer("reps", 20, "timed calls per candidate")
 flags.DEFINE_integer("copies", 4, "distinct weight copies per compiled call")
 flags.DEFINE_float("budget_s", 420.0, "stop starting new sweep work after this many seconds")
 flags.DEFINE_bool("smoke", False, "tiny sizes in interpret mode (CPU dry run)")
 flags.DEFINE_bool("check", True, "run the correctness checks")
-flags.DEFINE_list("check_formats", list(FORMATS_ALL := ["e4m3", "e5m2", "mxfp8", "mxfp8_e5m2",
-                  "mxfp4", "nvfp4", "nvfp4_2d", "f16", "bf16"]), "formats to check")
+flags.DEFINE_list("check_formats", list(LAYOUT_NAMES), "formats to check")
 flags.DEFINE_string("check_cases", "b1,b3b,b16,b20h,b64", "check cases (see check_correctness)")
 flags.DEFINE_bool("ptx", True, "run the PTX (no fp8 conversion) check")
 flags.DEFINE_string("ptx_dir", None, "keep the PTX dump here (default: a temp dir)")
-flags.DEFINE_string("extra", "", "extra candidates: br:bk:nw:ns[,...] applied to every format")
-
-# (format, element format, block_shape, has tensor scale)
-FORMATS = {
-    "e4m3": ("e4m3", None, True), "e5m2": ("e5m2", None, True),
-    "mxfp8": ("e4m3", (32,), False), "mxfp8_e5m2": ("e5m2", (32,), False),
-    "mxfp4": ("e2m1", (32,), False), "nvfp4": ("e2m1", (16,), True),
-    "nvfp4_2d": ("e2m1", (16, 16), True), "f16": ("f16", None, False),
-    "bf16": ("bf16", None, False),
-}
+flags.DEFINE_list("ptx_formats", ["e4m3", "e5m2", "mxfp4", "nvfp4"],
+                  "formats whose kernels the PTX check compiles")
+flags.DEFINE_bool("compile_only", False, "only compile --ptx_formats' kernels at batches 1 "
+                  "and 16 and exit (what the PTX check runs in a subprocess with XLA dumping)")
+flags.DEFINE_list("extra", [], "extra candidates: block_rows:block_k:num_warps:num_stages"
+                  "[:k_splits[:batch_block[:chain_dots]]],... applied to every format")
 
 _T0 = time.time()
 
 
 def _log(*a):
   print(f"[{time.time() - _T0:6.1f}s]", *a, flush=True)
-
-
-def plan_of(name: str, **decode) -> G.FormatPlan:
-  """format_plan of a FORMATS name; `decode`: format_plan's native_fp8 / asm_e2m1."""
-  elem, bs, ts = FORMATS[name]
-  return G.format_plan("nvfp4" if name == "nvfp4_2d" else name, elem, bs, ts, **decode)
-
-
-def random_weight(key, name: str, n: int, k: int):
-  """Random packed words (finite codes: no NaN / Inf), scale codes and tensor scale."""
-  plan = plan_of(name)
-  elem = plan.elem
-  kw = -(-k // elem.per_word)
-  k1, k2 = jax.random.split(key)
-  words = jax.random.bits(k1, (n, kw), jnp.uint32)
-  if elem.bits == 8:
-    words = words & jnp.uint32(0xBFBFBFBF)     # exponent MSB clear: no NaN / Inf codes
-  elif elem.bits == 16:
-    words = words & jnp.uint32(0xBFFFBFFF)     # likewise for f16 / bf16 halves
-  # Zero the codes past k in the last word, as pack() does.
-  pad = kw * elem.per_word - k
-  if pad:
-    keep = jnp.uint32((1 << (32 - pad * elem.bits)) - 1)
-    words = words.at[:, -1].set(words[:, -1] & keep)
-  scales = None
-  if plan.scale_kind == "e8m0":
-    scales = (jax.random.randint(k2, (n, -(-k // 32)), 120, 135)).astype(jnp.uint8)
-  elif plan.scale_kind == "e4m3":
-    rows = -(-n // 16) if plan.scale_row_div == 16 else n
-    scales = (jax.random.randint(k2, (rows, -(-k // 16)), 0x30, 0x50)).astype(jnp.uint8)
-  ts = jnp.float32(0.375) if plan.has_tensor_scale else None
-  return words, scales, ts
-
-
-def probe_args(name: str, n: int, k: int, batch: int, copies: int) -> list[tuple]:
-  """`copies` distinct (words, scales, tensor scale, x) tuples for gemv_device_us: random
-  weights (random_weight, keys 0..) and standard-normal x of `batch` rows (keys 100..)."""
-  return [random_weight(jax.random.key(i), name, n, k)
-          + (jax.random.normal(jax.random.key(100 + i), (batch, k)),) for i in range(copies)]
-
-
-def gemv_device_us(plan: G.FormatPlan, cfg: G.GemvConfig | None, n: int, k: int, args, *,
-                   warmup: int = 10, runs: int = 3, breakdown: bool = False):
-  """The probes' measurement: gemv_pallas over R argument tuples (words, scales, tensor
-  scale, x) in one compiled call, `warmup` calls, then `runs` calls under JAX's profiler.
-  Returns (median device time of the fp8lab_gemv kernel in us, device time of all the call's
-  kernels per GEMV in us, copy 0's output as numpy), and with `breakdown` a fourth item:
-  {kernel name without the unrolled copies' ".N" suffix: device us per GEMV}."""
-  f = lambda w, s, t, x: G.gemv_pallas(w, s, t, x, plan=plan, n_out=n, k=k, config=cfg)
-  comp = timing.compile_unrolled(f, args)
-  for _ in range(warmup):
-    out = comp(args)
-  jax.block_until_ready(out)
-  dev = timing.device_kernel_times(comp, args, runs=runs)
-  kern = [d for name, ds in dev.items() if "fp8lab_gemv" in name for d in ds]
-  op = sum(sum(ds) for ds in dev.values()) / (runs * len(args))
-  res = float(np.median(kern)), float(op), np.asarray(out[0])
-  if not breakdown:
-    return res
-  per: dict[str, float] = {}
-  for name, ds in dev.items():
-    base = re.sub(r"(\.\d+)+$", "", name)
-    per[base] = per.get(base, 0.0) + sum(ds) / (runs * len(args))
-  return (*res, per)
-
-
-def dequantize64(name: str, words, scales, ts, n: int, k: int) -> np.ndarray:
-  """Float64 dequantized weights from the GOLDEN decode (fp8lab.numerics.codec)."""
-  plan = plan_of(name)
-  elem = plan.elem
-  w = np.asarray(words)
-  shifts = np.arange(elem.per_word, dtype=np.uint32) * elem.bits
-  codes = ((w[:, :, None] >> shifts) & ((1 << elem.bits) - 1)).reshape(n, -1)[:, :k]
-  if elem.bits == 16:
-    vals = codes.astype(np.uint16).view(elem.dtype).astype(np.float64)
-  else:
-    vals = np.asarray(decode(jnp.asarray(codes.astype(np.uint8)), elem, jnp.float32),
-                      np.float64)
-  if plan.scale_kind == "e8m0":
-    sv = np.asarray(decode(jnp.asarray(np.asarray(scales)), get_format("e8m0"), jnp.float32),
-                    np.float64)
-    vals = vals * np.repeat(sv, 32, axis=1)[:, :k]
-  elif plan.scale_kind == "e4m3":
-    sv = np.asarray(decode(jnp.asarray(np.asarray(scales)), get_format("e4m3"), jnp.float32))
-    s = (sv * np.float32(ts)).astype(np.float64)          # fl(s * S_dec), as the golden model
-    if plan.scale_row_div == 16:
-      s = np.repeat(s, 16, axis=0)[:n]
-    vals = vals * np.repeat(s, 16, axis=1)[:, :k]
-  elif ts is not None:
-    vals = vals * float(ts)
-  return vals
 
 
 def _call(name, cfg, interpret=False):
@@ -175,16 +82,19 @@ def _call(name, cfg, interpret=False):
   return f
 
 
-def check_correctness(smoke: bool) -> list[dict]:
-  """Every format x (batch, x dtype) against float64; rows with err / bound (must be <= 1)."""
+_CHECK_CASES = {"b1": (1, jnp.float32), "b3b": (3, jnp.bfloat16), "b16": (16, jnp.float32),
+                "b20h": (20, jnp.float16), "b64": (64, jnp.float32), "b5b": (5, jnp.bfloat16)}
+
+
+def check_correctness(smoke: bool, formats: list[str], cases: list[str]) -> list[dict]:
+  """Every format x case (batch and x dtype: _CHECK_CASES) against float64; rows with
+  err / bound (must be <= 1)."""
   rows = []
   n, k = (37, 100) if smoke else (1000, 4100)
   key = jax.random.key(1)
-  cases = {"b1": (1, jnp.float32), "b3b": (3, jnp.bfloat16), "b16": (16, jnp.float32),
-           "b20h": (20, jnp.float16), "b64": (64, jnp.float32), "b5b": (5, jnp.bfloat16)}
-  for name in FLAGS.check_formats:
-    for case in FLAGS.check_cases.split(","):
-      batch, xdt = cases[case]
+  for name in formats:
+    for case in cases:
+      batch, xdt = _CHECK_CASES[case]
       key, kw_, kx = jax.random.split(key, 3)
       words, scales, ts = random_weight(kw_, name, n, k)
       x = jax.random.normal(kx, (batch, k), jnp.float32).astype(xdt)
@@ -214,32 +124,35 @@ def check_correctness(smoke: bool) -> list[dict]:
   return rows
 
 
-_PTX_SNIPPET = r"""
-import sys, jax, jax.numpy as jnp
-sys.path.insert(0, '.')
-from benchmarks.gpu_tune import random_weight, _call, plan_of, FORMATS
-from fp8lab.kernels import gemv as G
-for name in ("e4m3", "e5m2", "mxfp4", "nvfp4"):
-  for batch in (1, 16):
-    w, s, t = random_weight(jax.random.key(0), name, 256, 1024)
-    x = jnp.ones((batch, 1024), jnp.float32)
-    cfg = G.gemv_config(plan_of(name).format, batch)
-    jax.block_until_ready(jax.jit(_call(name, cfg))(w, s, t, x))
-print("compiled")
-"""
+def compile_kernels(formats: list[str]) -> None:
+  """Compiles (and runs once) each format's kernel at batches 1 and 16, 256 x 1024, with the
+  default configs and the integer decodes: what check_ptx dumps."""
+  for name in formats:
+    for batch in (1, 16):
+      w, s, t = random_weight(jax.random.key(0), name, 256, 1024)
+      x = jnp.ones((batch, 1024), jnp.float32)
+      cfg = G.gemv_config(plan_of(name).format, batch)
+      jax.block_until_ready(jax.jit(_call(name, cfg))(w, s, t, x))
+  print("compiled", flush=True)
+
 
 _FP8_CVT = re.compile(r"cvt[.a-z0-9]*\.(e4m3|e5m2|e2m1|e3m2|e2m3|ue8m0)[a-z0-9x]*", re.I)
 
 
-def check_ptx(dump_dir: str | None) -> dict:
-  """Compiles every format's kernel with XLA dumping its PTX; greps for fp8/fp4 converts."""
+def check_ptx(dump_dir: str | None, formats: list[str], out: str | None) -> dict:
+  """Compiles the formats' kernels with XLA dumping their PTX; greps for fp8/fp4 converts.
+
+  The compilation runs in a subprocess (this script with --compile_only), since XLA_FLAGS
+  are read when the backend starts. With `out`, the kernels' PTX goes beside it."""
   d = dump_dir or tempfile.mkdtemp(prefix="fp8lab_ptx_")
   os.makedirs(d, exist_ok=True)
   env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") +
                                     f" --xla_dump_to={d} --xla_gpu_dump_llvmir=true").strip())
   env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-  proc = subprocess.run([sys.executable, "-c", _PTX_SNIPPET], env=env, capture_output=True,
-                        text=True, timeout=300)
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (_REPO, env.get("PYTHONPATH")) if p)
+  proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--compile_only",
+                         f"--ptx_formats={','.join(formats)}"], env=env, cwd=_REPO,
+                        capture_output=True, text=True, timeout=300)
   listing = sorted(os.path.relpath(f, d) for f in glob.glob(os.path.join(d, "**", "*"),
                                                              recursive=True))
   files = sorted(glob.glob(os.path.join(d, "**", "*.ptx"), recursive=True))
@@ -258,8 +171,8 @@ def check_ptx(dump_dir: str | None) -> dict:
     text = open(path, errors="replace").read()
     ll_kernels |= set(re.findall(r"define[^@]*@(\w*fp8lab_gemv\w*)", text))
     hits += [f"{os.path.basename(path)}: {h.group(0)}" for h in _FP8_CVT.finditer(text)]
-  if FLAGS.out and keep:
-    with open(os.path.join(os.path.dirname(os.path.abspath(FLAGS.out)), "gemv_kernels.ptx"),
+  if out and keep:
+    with open(os.path.join(os.path.dirname(os.path.abspath(out)), "gemv_kernels.ptx"),
               "w") as f:
       f.write("\n".join(keep)[: 15 * 2**20])
   res = dict(rc=proc.returncode, ptx_files=len(files), ll_files=len(ll_files),
@@ -275,15 +188,8 @@ def check_ptx(dump_dir: str | None) -> dict:
 
 
 def _time(fn, arg_copies, reps):
-  """Median per-op time (us). Warm-up runs the compiled call for >= 0.2 s first: in the
-  first run (tune1.json) short bursts measured every op, XLA's too, 1.3-1.9x slower than
-  GPU.md (clocks not yet up), so each timing now starts from a busy GPU."""
-  compiled = timing.compile_unrolled(fn, arg_copies)
-  t0 = time.time()
-  while time.time() - t0 < 0.2:
-    jax.block_until_ready(compiled(arg_copies))
-  return timing.time_compiled(compiled, arg_copies, reps=reps, warmup=2,
-                              copies=len(arg_copies)).median_us
+  """Median per-op time (us), from a busy GPU (kernel_inputs.time_host_us)."""
+  return time_host_us(fn, arg_copies, reps=reps).median_us
 
 
 def spin_gpu(seconds: float):
@@ -320,9 +226,10 @@ def baselines(n, k, batches, copies, reps) -> list[dict]:
   return rows
 
 
-def candidates(name: str, batch: int, sweep: str) -> list[G.GemvConfig]:
-  """The tuned config first, then the sweep's grid (block_k kept a multiple of the scale
-  block's words)."""
+def candidates(name: str, batch: int, sweep: str,
+               extra: list[str] = ()) -> list[G.GemvConfig]:
+  """The tuned config first, then the sweep's grid and the `extra` configs (parse_config
+  specs), keeping block_k a multiple of the scale block's words."""
   base = G.gemv_config(plan_of(name).format, batch)
   out = [base]
   wpb = plan_of(name).words_per_block
@@ -333,9 +240,7 @@ def candidates(name: str, batch: int, sweep: str) -> list[G.GemvConfig]:
   elif sweep == "large":
     out += [C(br, bk, nw, ns) for br in (32, 64, 128) for bk in (32, 64, 128)
             for nw in (4, 8) for ns in (2, 3, 4) if br * bk <= 128 * 64]
-  for spec in filter(None, FLAGS.extra.split(",")):
-    br, bk, nw, ns = spec.split(":")
-    out.append(C(int(br), int(bk), int(nw), int(ns)))
+  out += [parse_config(spec) for spec in extra]
   seen, uniq = set(), []
   for c in out:
     if c not in seen and c.block_k % wpb == 0:
@@ -344,7 +249,8 @@ def candidates(name: str, batch: int, sweep: str) -> list[G.GemvConfig]:
   return uniq
 
 
-def sweep(n, k, names, batches, copies, reps, sweep_kind, deadline) -> list[dict]:
+def sweep(n, k, names, batches, copies, reps, sweep_kind, deadline,
+          extra: list[str] = ()) -> list[dict]:
   rows = []
   key = jax.random.key(11)
   for batch in batches:
@@ -358,7 +264,7 @@ def sweep(n, k, names, batches, copies, reps, sweep_kind, deadline) -> list[dict
         w, s, t = random_weight(k1, name, n, k)
         x = jax.random.normal(k2, (batch, k), jnp.float32)
         args.append((w, s, t, x))
-      for cfg in candidates(name, batch, sweep_kind):
+      for cfg in candidates(name, batch, sweep_kind, extra):
         if time.time() > deadline:
           break
         t0 = time.time()
@@ -378,7 +284,23 @@ def sweep(n, k, names, batches, copies, reps, sweep_kind, deadline) -> list[dict
 
 
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  global _T0
+  _T0 = time.time()
+  try:
+    for names in (FLAGS.formats, FLAGS.check_formats, FLAGS.ptx_formats):
+      check_layouts(names)
+    for case in FLAGS.check_cases.split(","):
+      if case not in _CHECK_CASES:
+        raise ValueError(f"unknown check case {case!r}; valid: {', '.join(_CHECK_CASES)}")
+    for spec in FLAGS.extra:
+      parse_config(spec)
+  except ValueError as e:
+    raise app.UsageError(str(e)) from None
+  if FLAGS.compile_only:
+    compile_kernels(FLAGS.ptx_formats)
+    return
   smoke = FLAGS.smoke or jax.default_backend() != "gpu"
   n, k = map(int, FLAGS.size.lower().split("x"))
   batches = [int(b) for b in FLAGS.batches]
@@ -393,13 +315,14 @@ def main(argv):
         json.dump(result, f, indent=1)
 
   if FLAGS.check:
-    result["check"] = check_correctness(smoke)
+    result["check"] = check_correctness(smoke, FLAGS.check_formats,
+                                        FLAGS.check_cases.split(","))
     save()
   if smoke:
     _log("smoke run (no GPU): checks only")
     return
   if FLAGS.ptx:
-    result["ptx"] = check_ptx(FLAGS.ptx_dir)
+    result["ptx"] = check_ptx(FLAGS.ptx_dir, FLAGS.ptx_formats, out)
     if not result["ptx"]["ok"]:
       print("ptx dump listing:", result["ptx"]["dump_listing"][:30])
     save()
@@ -408,7 +331,7 @@ def main(argv):
   result["baselines"] = baselines(n, k, batches, FLAGS.copies, FLAGS.reps)
   save()
   result["sweep"] = sweep(n, k, FLAGS.formats, batches, FLAGS.copies, FLAGS.reps, FLAGS.sweep,
-                          deadline)
+                          deadline, FLAGS.extra)
   save()
 
   # Short table last: best config per (format, batch) against the baselines.

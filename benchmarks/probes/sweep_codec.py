@@ -10,9 +10,9 @@ a non-finite code (finite overflow or +-Inf), the expected code is the largest f
 with the input's sign (e8m0: 0xFE for positive inputs; its zero, negatives and NaN stay 0xFF).
 
 Usage:
-  python benchmarks/sweep_codec.py --format=e4m3 --saturate=false \
+  python benchmarks/probes/sweep_codec.py --format=e4m3 --saturate=false \
       --out=benchmarks/results/sweep_e4m3_nosat.json
-  python benchmarks/sweep_codec.py --format=e5m2 --max_chunks=4   # measure the rate only
+  python benchmarks/probes/sweep_codec.py --format=e5m2 --max_chunks=4   # the rate only
 
 The JSON result holds the mismatch count, the first mismatches (hex input, got, expected),
 the wall time, the rate, the machine and the library versions.
@@ -28,17 +28,22 @@ import platform
 import sys
 import time
 
-from absl import app
-from absl import flags
-import jax
-import ml_dtypes
-import numpy as np
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)   # run as a script: fp8lab from the working tree
 
-import fp8lab
-from fp8lab.formats import get_format
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+import jax  # noqa: E402
+import ml_dtypes  # noqa: E402
+import numpy as np  # noqa: E402
 
-_FORMAT = flags.DEFINE_enum("format", "e4m3", ["e4m3", "e5m2", "e2m1", "e8m0"],
-                            "Element format to sweep.")
+import fp8lab  # noqa: E402
+from fp8lab.formats import FORMAT_NAMES, get_format  # noqa: E402
+
+_FORMAT = flags.DEFINE_enum(
+    "format", "e4m3", [n for n in FORMAT_NAMES if get_format(n).minifloat],
+    "Element format to sweep (the codec's: every minifloat of the registry).")
 _SATURATE = flags.DEFINE_bool("saturate", False, "Sweep encode(..., saturate=True).")
 _CHUNK_LOG2 = flags.DEFINE_integer("chunk_log2", 24, "log2 of the patterns per chunk (8..32).")
 _MAX_CHUNKS = flags.DEFINE_integer(

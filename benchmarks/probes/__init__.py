@@ -1,0 +1,1 @@
+"""Probes: scripts with absl flags that measure one question about the GEMV kernel."""
