@@ -107,9 +107,7 @@ XLA_BASELINES = {
 }
 
 _OPS = flags.DEFINE_list("ops", list(DEFAULT_OPS),
-                        f"Ops to time, from {', '.join(ALL_OPS)} (pallas_int: not by default; "
-                        "xla_packed: left out of the default where fp8lab.ops.IMPLEMENTATIONS "
-                        "has no 'xla').")
+                        f"Ops to time, from {', '.join(ALL_OPS)} (pallas_int: not by default).")
 _FORMATS = flags.DEFINE_list(
     "formats", list(DEFAULT_FORMATS),
     f"Weight formats for the pallas and reference ops, from {', '.join(FORMATS)}.")
@@ -200,11 +198,6 @@ def machine_info() -> dict[str, Any]:
       "jaxlib": jaxlib.__version__,
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
   }
-
-
-def unavailable_ops(ops) -> list[str]:
-  """The ops this fp8lab cannot run yet: xla_packed without an "xla" implementation."""
-  return [op for op in ops if op == "xla_packed" and "xla" not in fp8lab.ops.IMPLEMENTATIONS]
 
 
 def check_fp8lab_api(ops: list[str]) -> None:
@@ -484,10 +477,8 @@ def _weight_maker(fmt: str | None, dtype_name: str | None, n_out: int, k: int):
 def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, warmup: int,
                   copies_flag: int, interpret: bool, x_dtype: str, copy_gib: float,
                   budget_s: float, l2_bytes: int, call_bytes: int, mem_bytes: int,
-                  max_copies: int, agree_tol: float,
-                  dropped_ops: tuple[str, ...] = ()) -> dict[str, Any]:
-  """Runs the grids in order and writes the JSON; returns the results document.
-  `dropped_ops`: default ops left out because this fp8lab cannot run them (recorded)."""
+                  max_copies: int, agree_tol: float) -> dict[str, Any]:
+  """Runs the grids in order and writes the JSON; returns the results document."""
   for g in grids:
     g.validate()
   check_fp8lab_api([op for g in grids for op in g.ops])
@@ -504,12 +495,9 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
                    "reps": reps, "warmup": warmup, "copies": copies_flag or "auto",
                    "l2_bytes": l2_bytes, "call_bytes": call_bytes, "mem_bytes": mem_bytes,
                    "max_copies": max_copies, "x_dtype": x_dtype, "interpret": interpret,
-                   "agree_tol": agree_tol, "time_budget_s": budget_s,
-                   "dropped_ops": list(dropped_ops)},
+                   "agree_tol": agree_tol, "time_budget_s": budget_s},
   }
   run = Run(out_path, meta, budget_s)
-  if dropped_ops:
-    run.log(f"left out of the default ops (not in this fp8lab): {', '.join(dropped_ops)}")
   run.log(f"{meta['machine']['device_kind']} ({meta['machine']['backend']}), jax "
           f"{jax.__version__}; writing {out_path}")
   meta["dispatch_overhead_us"] = timing.dispatch_overhead_s() * 1e6
@@ -681,12 +669,7 @@ def main(argv: list[str]) -> None:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
     out = os.path.join(_REPO, "benchmarks", "results",
                        f"gemv_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
-  ops = list(_OPS.value)
-  # The default ops skip what this fp8lab lacks (xla_packed before the "xla" implementation
-  # exists); ops named by --ops or a plan's ops= run, and fail, as asked.
-  dropped = [] if flags.FLAGS["ops"].present else unavailable_ops(ops)
-  ops = [op for op in ops if op not in dropped]
-  default = Grid(ops=tuple(ops), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
+  default = Grid(ops=tuple(_OPS.value), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
                  batches=tuple(batches))
   try:
     default.validate()
@@ -709,7 +692,7 @@ def main(argv: list[str]) -> None:
       copy_gib=_COPY_GIB.value if _COPY_GIB.value is not None else (1 / 16 if smoke else 4.0),
       budget_s=_TIME_BUDGET_S.value, l2_bytes=int(_L2_MB.value * 2**20),
       call_bytes=int(_CALL_GIB.value * 2**30), mem_bytes=int(_MEM_GIB.value * 2**30),
-      max_copies=_MAX_COPIES.value, agree_tol=_AGREE_TOL.value, dropped_ops=tuple(dropped))
+      max_copies=_MAX_COPIES.value, agree_tol=_AGREE_TOL.value)
   print()
   print(format_table(doc))
   print(f"\nresults: {out}")

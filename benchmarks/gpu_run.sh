@@ -34,10 +34,7 @@ DATE=$(date -u +%Y%m%d_%H%M%S)
 JSON="$OUT/gemv_${TAG}_${DATE}.json"
 # Priority order: the headline shape first (batches 1 and 16: the targets), then the LLM
 # shapes, then the other batches, then the square shapes; what the budget cuts comes last.
-# The headline grid times xla_packed (gemv_packed's jnp path) where fp8lab has it.
-XLA_PACKED=$("$PY" -c 'import fp8lab.ops as o
-print(",xla_packed" if "xla" in o.IMPLEMENTATIONS else "")' 2>/dev/null)
-PLAN=${GPU_RUN_PLAN:-"sizes=16384x16384 batches=1,16 ops=pallas,pallas_int,reference${XLA_PACKED},xla_f32,xla_bf16,xla_e4m3; \
+PLAN=${GPU_RUN_PLAN:-"sizes=16384x16384 batches=1,16 ops=pallas,pallas_int,reference,xla_packed,xla_f32,xla_bf16,xla_e4m3; \
 sizes=4096x14336,14336x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16 ops=pallas,xla_e4m3; \
 sizes=16384x16384 batches=4,64 ops=pallas,xla_e4m3; \
 sizes=8192x8192,4096x4096 formats=e4m3,mxfp4,nvfp4 batches=1,16 ops=pallas,xla_e4m3"}

@@ -27,10 +27,7 @@ from fp8lab.formats import get_format
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HAS_OPS = hasattr(fp8lab, "gemv_packed") and hasattr(fp8lab, "quantize")
-# xla_packed needs gemv_packed's "xla" implementation (added beside this benchmark); until
-# it exists the tests leave that op out, and only that.
-_HAS_XLA = "xla" in fp8lab.ops.IMPLEMENTATIONS
-_FP8LAB_OPS = ("pallas", "reference") + (("xla_packed",) if _HAS_XLA else ())
+_FP8LAB_OPS = ("pallas", "reference", "xla_packed")
 
 
 def _run_script(script: str, *flags: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -80,8 +77,6 @@ def test_xla_packed_op_calls_the_xla_implementation(monkeypatch):
   monkeypatch.setattr(fp8lab, "gemv_packed", lambda w, x, **kw: calls.append(kw) or x)
   assert bench_gemv.make_op("xla_packed", True)("w", "x") == "x"
   assert calls == [dict(implementation="xla", interpret=False, fp8_decode=None)]
-  assert bench_gemv.unavailable_ops(["pallas", "xla_packed"]) == (
-      [] if _HAS_XLA else ["xla_packed"])
 
 
 def _expected_weight_bytes(fmt: str, n_out: int, k: int) -> dict[str, int]:
