@@ -176,7 +176,7 @@ def get_minifloat_names() -> tuple[str, ...]:
 # ----------------------------------------------------------------------------------------
 # Quantized formats.
 
-# How a quantized format scales its elements (NUMERICS: docs/numerics.md):
+# How a quantized format scales its elements (docs/numerics.md):
 #   "tensor": one float32 scale for the whole tensor (current or delayed scaling);
 #   "mx":     one E8M0 power-of-two scale per block (OCP MX v1.0), no tensor scale;
 #   "nvfp4":  one E4M3 scale per block and a float32 tensor scale (NVIDIA's NVFP4 order);
@@ -201,7 +201,7 @@ class QuantizedFormat:
       (numerics/scales.py); ("floor",) stands for "no rule" where there are no E8M0 scales.
     stochastic_rounding: whether rounding="stochastic" applies (not to plain casts).
 
-  Packing (NUMERICS section 3) follows from the element format: `per_word` codes of
+  Packing (docs/numerics.md section 3) follows from the element format: `per_word` codes of
   `element.bits` bits per uint32 word, little-endian within the word.
   """
   name: str

@@ -171,7 +171,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     fmt: "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16" or "bf16".
     axis: the blocked and packed axis.
     scale_mode: MX formats: "floor" (the OCP spec, default), "ceil", "even" or "rceil"
-      (NUMERICS.md section 4). Other formats have no scale rule: only the default "floor"
+      (docs/numerics.md section 4). Other formats have no scale rule: only the default "floor"
       is accepted there (and ignored; the result's scale_mode is None).
     block_shape: None for the format's default; nvfp4 also takes (16, 16) (16x16 tiles of
       the last two axes, Transformer Engine's weight scaling; `axis` must be one of them).
@@ -179,7 +179,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       applies to the element conversion only (scales stay deterministic): element at flat
       row-major index i of x's logical shape draws
       `fp8lab.random_bits(key, x.shape)[i]` and rounds with its top `sr_bits` bits
-      (NUMERICS.md section 6) the same scaled float32 value that nearest-even rounding
+      (docs/numerics.md section 6) the same scaled float32 value that nearest-even rounding
       would round (MX: x * 2^-s; nvfp4: fl(x * enc_b); e4m3/e5m2: fl(x * scale)), then
       saturates. With a Hadamard rotation the index is that of the rotated element (same
       shape). Not available for "f16"/"bf16".
@@ -197,7 +197,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       codes = saturating RNE (or stochastic) encoding of x * 2^-s. A zero block has scale
       code 0x00 and zero codes (-0 keeps its sign code). A block with any NaN or +-Inf has
       scale code 0xFF and all element codes 0: it dequantizes to NaN entirely.
-    nvfp4: NUMERICS.md section 5 step by step: amax is the largest FINITE |x| of the whole
+    nvfp4: docs/numerics.md section 5 step by step: amax is the largest FINITE |x| of the whole
       tensor (an all-zero tensor has S_enc = 1, scales 0, zero codes); a block (or tile)
       that holds a NaN or +-Inf gets scale code 0x7F (E4M3 NaN) and zero element codes, so
       it dequantizes to NaN, like MX; the other blocks are unaffected. A block whose scale
@@ -298,7 +298,7 @@ def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, ha
     s = sc.mx_shared_exponent(jnp.minimum(block_max, sc.FLT_MAX_BITS), elem, scale_mode)
     scaled = sc.ldexp_bits(bits, _expand(-s, axis, block_shape, x.shape))
     tensor_scale = None
-  else:                                                   # nvfp4, NUMERICS.md section 5
+  else:                                                   # nvfp4, docs/numerics.md section 5
     s_enc, s_dec = sc.nvfp4_tensor_scales(sc.finite_amax_bits(bits))
     scale_codes = sc.nvfp4_block_scale_codes(block_max, s_enc)
     scale_codes = jnp.where(nonfinite_block, jnp.uint8(qf.scale_format.nan_code), scale_codes)

@@ -48,7 +48,7 @@ def _run_bench(tmp_path, *flags: str) -> tuple[dict, str]:
     return json.load(f), proc.stdout
 
 
-# Hand-written from NUMERICS (not read from the registry the benchmark reads): each
+# Hand-written from docs/numerics.md (not read from the registry the benchmark reads): each
 # format's element format, scale block along k (0: none) and rows per scale row.
 _LAYOUT_FACTS = {"e4m3": ("e4m3", 0, 1), "e5m2": ("e5m2", 0, 1), "mxfp8": ("e4m3", 32, 1),
                  "mxfp8_e5m2": ("e5m2", 32, 1), "mxfp4": ("e2m1", 32, 1),

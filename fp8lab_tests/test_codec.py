@@ -56,7 +56,7 @@ def _sign(x: np.ndarray) -> np.ndarray:
 
 
 def ml_codes_saturating(x: np.ndarray, f) -> np.ndarray:
-  """The satfinite rule (NUMERICS.md section 2) applied to ml_dtypes' result: a non-NaN
+  """The satfinite rule (docs/numerics.md section 2) applied to ml_dtypes' result: a non-NaN
   input that ml_dtypes sends to a non-finite code (finite overflow, +-Inf) becomes the
   largest finite code with the input's sign; e8m0 only for positive inputs (its zero,
   negatives and NaN are NaN in both modes)."""
@@ -92,7 +92,7 @@ def f32(bits) -> np.ndarray:
 
 # --- The reference helper itself, on documented literal cases -------------------------------
 
-# (format, float32 input, code without saturation, code with saturation), from NUMERICS.md
+# (format, float32 input, code without saturation, code with saturation), from docs/numerics.md
 # section 2 and the satfinite rule; independent of both ml_dtypes and fp8lab.
 LITERALS = [
     ("e4m3", 448.0, 0x7E, 0x7E), ("e4m3", 464.0, 0x7E, 0x7E), ("e4m3", 465.0, 0x7F, 0x7E),
@@ -186,7 +186,7 @@ def edge_values(f) -> np.ndarray:
   top = 2.0**(f.emax - m)                                      # quantum of the top binade
   vals += [f.max_finite, f.max_finite + top / 2, f.max_finite + top, 2 * f.max_finite,
            f.min_subnormal / 2, f.min_subnormal / 4, 0.75 * f.min_subnormal,
-           465.0, 61440.0]      # NUMERICS.md's e4m3 and e5m2 overflow examples
+           465.0, 61440.0]      # docs/numerics.md's e4m3 and e5m2 overflow examples
   x = np.array([v for v in vals if v <= 3e38], np.float32)
   assert np.all(x.astype(np.float64) == np.array([v for v in vals if v <= 3e38]))
   b = x.view(np.uint32).astype(np.int64)
@@ -365,7 +365,7 @@ def threefry_bits(key, n: int, offset: int = 0) -> np.ndarray:
 
 
 def sr_reference(x, f, saturate, sr_bits, random_words):
-  """NUMERICS.md section 6: round up iff floor(frac * 2^n) + r >= 2^n, r the top n bits."""
+  """docs/numerics.md section 6: round up iff floor(frac * 2^n) + r >= 2^n, r the top n bits."""
   lo, hi = neighbours(x, f)
   a = np.abs(x.astype(np.float64))
   step = hi - lo                      # a power of two, or 0 on the grid

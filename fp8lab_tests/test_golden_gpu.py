@@ -1,7 +1,7 @@
 """The golden model gives the same bits on every backend.
 
 XLA's float converts are not bit-defined across backends (on the H200 float16 -> float32
-canonicalises NaN, NUMERICS.md section 9), so the golden model widens and narrows 16-bit
+canonicalises NaN, docs/numerics.md section 9), so the golden model widens and narrows 16-bit
 floats on bit patterns (fp8lab/numerics/bits.py). Two kinds of tests here:
 
   * sweeps against numpy / ml_dtypes on the DEFAULT backend (the GPU on a GPU machine): every

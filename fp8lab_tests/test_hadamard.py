@@ -1,4 +1,4 @@
-"""Blockwise Hadamard rotation (numerics/hadamard.py, NUMERICS.md section 7).
+"""Blockwise Hadamard rotation (numerics/hadamard.py, docs/numerics.md section 7).
 
 References: scipy.linalg.hadamard (Sylvester order) in float64 with derived tolerances, and
 a numpy float32 re-implementation of the documented butterfly order for bit-exact checks
@@ -20,7 +20,7 @@ from fp8lab.testing import float32_bits
 
 BLOCKS = (16, 32, 64, 128)
 U = 2.0**-24                    # float32 unit roundoff
-# The sign vector as NUMERICS.md section 7 writes it.
+# The sign vector as docs/numerics.md section 7 writes it.
 TE_SIGNS = np.array([+1, +1, +1, -1, +1, -1, -1, -1, -1, -1, -1, +1, -1, +1, -1, -1])
 
 
@@ -202,7 +202,7 @@ def test_fixed_signs_come_from_0x2817_and_te_stores_the_complement():
 
 @given(x=hnp.arrays(np.float32, (2, 32), elements=st.floats(-2.0**100, 2.0**100, width=32)))
 def test_fixed_32_variant(x):
-  # NUMERICS.md: the 16 signs on each half, a signed 16-point Hadamard of each half, then a
+  # docs/numerics.md: the 16 signs on each half, a signed 16-point Hadamard of each half, then a
   # final 32-point add/subtract stage. Written here stage by stage and scaled two ways: once
   # at the end by fl(1/sqrt 32), and once per half by 1/4 then by fl(1/sqrt 2) after the
   # last stage; in float32 both are the same numbers wherever scaling by 1/4 is exact (the

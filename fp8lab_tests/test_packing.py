@@ -1,4 +1,4 @@
-"""pack / unpack: round trips and the exact word layout of NUMERICS.md section 3."""
+"""pack / unpack: round trips and the exact word layout of docs/numerics.md section 3."""
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,7 +29,7 @@ def random_codes(f, shape, seed=0) -> np.ndarray:
 
 
 def words_by_hand(codes_1d, bits: int) -> list[int]:
-  """NUMERICS.md section 3 with Python ints: element k sits at bits (k % per) * bits of
+  """docs/numerics.md section 3 with Python ints: element k sits at bits (k % per) * bits of
   word k // per; missing elements of the last word are zero."""
   per = 32 // bits
   n_words = -(-len(codes_1d) // per)

@@ -1,7 +1,7 @@
 """quantize / dequantize / QuantizedArray against independent numpy references, and the
-properties NUMERICS.md promises.
+properties docs/numerics.md promises.
 
-The references below are written from NUMERICS.md sections 4, 5 and 8 with numpy: MX
+The references below are written from docs/numerics.md sections 4, 5 and 8 with numpy: MX
 shared exponents from np.frexp in float64 (exact for float32 values), elements by ml_dtypes'
 casts of exactly scaled values, NVFP4 and per-tensor steps in numpy float32 arithmetic (IEEE,
 subnormals kept, on the CPU). They share no code with fp8lab's golden model.
@@ -106,7 +106,7 @@ def _tile_amax(a, shape2):
 
 
 def ref_nvfp4(x, axis, block_shape=(16,)):
-  """Reference NVFP4 (NUMERICS.md section 5 in numpy float32), with fp8lab's documented
+  """Reference NVFP4 (docs/numerics.md section 5 in numpy float32), with fp8lab's documented
   NaN/Inf rule: the tensor amax skips non-finite values; their blocks get scale 0x7F and
   zero codes. Returns (scale codes, element codes, dequantized, S_dec)."""
   f32 = np.float32
@@ -492,7 +492,7 @@ def test_stochastic_rounding_unbiased_in_the_mean(fmt, value):
   # Only the two neighbours of the scaled value occur.
   assert len(np.unique(samples)) <= 2 and lo <= value <= hi
   step = hi - lo
-  # 8 random bits: the expected value is within step/256 of x (NUMERICS.md section 6);
+  # 8 random bits: the expected value is within step/256 of x (docs/numerics.md section 6);
   # each draw has standard deviation <= step/2, so the mean of N has <= step/(2 sqrt N);
   # allow 5 of those.
   n = samples.size

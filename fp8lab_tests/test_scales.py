@@ -2,7 +2,7 @@
 exponent rules with hand-computed vectors, NVFP4's steps, per-tensor current scaling and
 the delayed-scaling state.
 
-Expected values are written from NUMERICS.md by hand (each derived in a comment) or
+Expected values are written from docs/numerics.md by hand (each derived in a comment) or
 computed by numpy float32 arithmetic, which is IEEE with gradual underflow on the CPU;
 never by fp8lab itself.
 """
@@ -114,7 +114,7 @@ def test_ldexp_bits_matches_numpy(x, k):
 
 
 # ----------------------------------------------------------------------------------------
-# MX scale rules: hand-computed vectors (NUMERICS.md section 4). Code = s + 127.
+# MX scale rules: hand-computed vectors (docs/numerics.md section 4). Code = s + 127.
 
 # Each row: element format, amax, expected codes for floor, ceil, even, rceil. "sig" is
 # amax's significand (amax = sig * 2^e, sig in [1, 2)); floor: s = e - emax; ceil adds 1
@@ -255,7 +255,7 @@ def test_mx_subnormal_block_round_trips_exactly():
 
 
 # ----------------------------------------------------------------------------------------
-# NVFP4 (NUMERICS.md section 5), with numpy float32 for the expected float32 steps.
+# NVFP4 (docs/numerics.md section 5), with numpy float32 for the expected float32 steps.
 
 def test_nvfp4_tensor_scales_hand_values():
   def scales_of(amax):
@@ -340,7 +340,7 @@ def test_nvfp4_nan_inf_and_zero_tensor():
 
 
 # ----------------------------------------------------------------------------------------
-# Per-tensor current scaling and delayed scaling (NUMERICS.md section 8).
+# Per-tensor current scaling and delayed scaling (docs/numerics.md section 8).
 
 @pytest.mark.parametrize("fmt,fmax", [("e4m3", 448.0), ("e5m2", 57344.0)])
 @pytest.mark.parametrize("margin", [0, 1, 3, -2])

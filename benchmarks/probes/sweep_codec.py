@@ -5,7 +5,7 @@ One run checks one format and one saturate mode; it walks the uint32 range in ch
 patterns with ml_dtypes (`x.astype(T).view(uint8)`), and counts the codes that differ.
 
 saturate=True has no ml_dtypes counterpart, so the expected codes are derived from ml_dtypes'
-non-saturating result (NUMERICS.md section 2): where the input is not NaN but ml_dtypes gives
+non-saturating result (docs/numerics.md section 2): where the input is not NaN but ml_dtypes gives
 a non-finite code (finite overflow or +-Inf), the expected code is the largest finite code
 with the input's sign (e8m0: 0xFE for positive inputs; its zero, negatives and NaN stay 0xFF).
 

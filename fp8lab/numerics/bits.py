@@ -2,7 +2,7 @@
 
 XLA's float converts are not bit-defined across backends for NaN: on the H200 the float16 ->
 float32 convert canonicalises NaN (a negative float16 NaN becomes 0x7FFFFFFF), and XLA:CPU
-quiets signalling NaNs (NUMERICS.md section 9). The golden model therefore widens and narrows
+quiets signalling NaNs (docs/numerics.md section 9). The golden model therefore widens and narrows
 on bit patterns, so that every backend gives the same bits:
 
   widening to float32 (exact, `f32_bits`):

@@ -2,7 +2,7 @@
 
 Everything here is integer arithmetic on the float32 bit pattern of the input (and table
 look-ups on codes), never a float -> fp8 -> float astype round trip: XLA on GPU may elide
-such round trips (NUMERICS.md section 9), and integer code has no rounding mode to get wrong.
+such round trips (docs/numerics.md section 9), and integer code has no rounding mode to get wrong.
 16-bit inputs are widened to that pattern with integer ops too (numerics/bits.py): XLA's
 float16 -> float32 convert drops a NaN's sign on the GPU.
 
@@ -16,7 +16,7 @@ unbiased exponent) to a format with m mantissa bits, bias b, emin = 1 - b:
 
 and `code > max_code` is an overflow. This covers normals and subnormals alike.
 
-Stochastic rounding (NUMERICS.md section 6): with f the dropped fraction of one target
+Stochastic rounding (docs/numerics.md section 6): with f the dropped fraction of one target
 quantum and r the top `sr_bits` bits of a counter-based random word (numerics/random.py),
 round up iff floor(f * 2^sr_bits) + r >= 2^sr_bits; exact values never move.
 """

@@ -1,4 +1,4 @@
-"""Blockwise Hadamard rotation in the golden model (NUMERICS.md section 7).
+"""Blockwise Hadamard rotation in the golden model (docs/numerics.md section 7).
 
 For consecutive blocks of n values (n in 16, 32, 64, 128) along an axis:
 

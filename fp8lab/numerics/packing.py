@@ -1,4 +1,4 @@
-"""Packing of element codes into uint32 words (NUMERICS.md section 3).
+"""Packing of element codes into uint32 words (docs/numerics.md section 3).
 
 Little-endian inside the word, as Feather and torchao do it:
   8-bit codes:  element 4j+i of the packed axis is byte i (bits 8i..8i+7) of word j;

@@ -1,4 +1,4 @@
-"""Scale rules of the golden model (NUMERICS.md sections 4, 5 and 8), and the exact float32
+"""Scale rules of the golden model (docs/numerics.md sections 4, 5 and 8), and the exact float32
 arithmetic on bit patterns they are computed with.
 
 Why float32 arithmetic on integers: XLA:CPU flushes float32 subnormal inputs and results of

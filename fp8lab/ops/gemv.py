@@ -133,7 +133,7 @@ def _reference(w, x: jax.Array) -> jax.Array:
 
 def _xla_weight(w) -> jax.Array:
   """w's values (n_out, k) as float32 from its packed words, the way a user writes it in jnp:
-  the words bitcast to XLA's own element dtype (the same bytes, NUMERICS section 9), upcast,
+  the words bitcast to XLA's own element dtype (the same bytes, docs/numerics.md section 9), upcast,
   times the block or tensor scale: the float32 products dequantize makes (IEEE multiplies),
   except that XLA flushes float32 subnormals to zero (on the CPU and GPUs): a subnormal
   product, and a subnormal factor (E8M0 code 0, 2^-127) gives zeros there."""
