@@ -1,13 +1,22 @@
-"""The GEMV's operands: x's exact parts and their layout, and the weight planes."""
+"""The GEMV's operands: x's exact parts and their layout (XLA), and the weight planes.
+
+x side (outside the kernel): the row maxima and power-of-two shifts, the exact float16 /
+bfloat16 parts (cut by masking bit patterns, never by float round trips that XLA may elide:
+NUMERICS.md section 9), and _prep_x, which lays them out as the dots' right operand.
+W side (traced inside the kernel, no refs): the decoded planes times their block scales, the
+MX fast path's factors and the MX exact fallback's operands.
+"""
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from fp8lab.formats import ElementFormat
+from fp8lab.formats import F16, QUANTIZED, ElementFormat
 from fp8lab.kernels import unpack
 from fp8lab.kernels.gemv.configs import _next_pow2
 from fp8lab.kernels.gemv.plan import FormatPlan, _pair_layout, _route_log2
@@ -15,10 +24,26 @@ from fp8lab.kernels.gemv.plan import FormatPlan, _pair_layout, _route_log2
 _U = np.uint32
 
 
-# MX fast path: the largest drop d = scale - m below the row's largest scale m for which
-# code * 2^d stays exact in float16 (its lowest bit >= 2^-24): e2m1's lsb is 2^-1, e4m3's
-# 2^-9, e5m2's 2^-16. The largest magnitudes (6, 448, 57344) fit at d = 0.
-_MX_SPREAD = {"e2m1": 23, "e4m3": 15, "e5m2": 8}
+def _log2_pow2(v: float) -> int:
+  """log2 of a power of two (exact: from the float's exponent)."""
+  mant, e = math.frexp(v)
+  if mant != 0.5:
+    raise ValueError(f"{v} is not a power of two")
+  return e - 1
+
+
+def _mx_spread(elem: ElementFormat) -> int:
+  """The MX fast path's largest drop d = scale - m below the row's largest scale m for which
+  every code * 2^d stays exact in float16: its lowest bit, elem.min_subnormal * 2^d, must
+  not fall below float16's (2^-24). The largest magnitude must fit at d = 0."""
+  if not elem.max_finite < F16.max_finite:
+    raise ValueError(f"{elem.name} values do not fit in float16")
+  return _log2_pow2(elem.min_subnormal) - _log2_pow2(F16.min_subnormal)
+
+
+# Per element format of the MX formats: e2m1 23, e4m3 15, e5m2 8 binades.
+_MX_SPREAD = {q.element.name: _mx_spread(q.element) for q in QUANTIZED.values()
+              if q.scaling == "mx"}
 
 
 def _mx_factors(codes: jax.Array, elem: ElementFormat, route_log2: int, m: jax.Array):
@@ -69,10 +94,10 @@ def _weight_planes(words: jax.Array, codes: jax.Array | None, plan: FormatPlan,
   fast path's factor for the rows' largest scale codes m). The two columns of a word pair
   (e, e + 1), e even, lie in one scale block whatever the order (words_per_block is even),
   so the scale of column j is the scale of word j."""
-  if plan.scale_kind is None:
+  if not plan.block_scaled:
     return _decode(words, plan, interpret)
   wpb = plan.words_per_block
-  if plan.scale_kind == "e4m3":
+  if plan.scaling == "nvfp4":
     # The E4M3 scale's true value is exact in float16; so is its product with a
     # float16-route e2m1 code (<= 6 significant bits, >= 2^-24).
     s16 = (unpack.e4m3_scale_to_f16_native(codes, interpret=interpret) if plan.native_scale
@@ -93,7 +118,7 @@ def _mx_exact_planes(words: jax.Array, codes: jax.Array, plan: FormatPlan):
 
 
 def _combine_slots(acc: jax.Array, n_slots: int) -> jax.Array:
-  """(rows, n_slots * bp) dot results -> (rows, bp): slot 0 (hi part) plus the others,
+  """(rows, n_slots * cols) dot results -> (rows, cols): slot 0 (hi part) plus the others,
   keeping a non-finite hi as it is (an Inf weight times a nonzero x stays Inf)."""
   slots = [acc]
   while len(slots) < n_slots:
@@ -238,27 +263,28 @@ def _x_parts(x: jax.Array, operand) -> tuple[jax.Array, jax.Array | None]:
 
 
 
-def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, bp: int,
-            layout: str = "code", bb: int | None = None):
-  """x as the dots' right operand (pw, kw_pad, n_slots * bp) and the row maxima a of
+def _prep_x(x: jax.Array, per_word: int, kw_pad: int, operand, batch_pad: int,
+            layout: str = "code", block_batch: int | None = None):
+  """x as the dots' right operand (pw, kw_pad, n_slots * batch_pad) and the row maxima a of
   _x_parts (None if x was not scaled), from which the kernel's epilogue takes the
   per-column factor 2^(fold - s_b) (col_factors in _gemv_kernel): computed there, it costs no
   XLA kernel.
 
-  Column slot * bp + b holds part `slot` of x row b (rows >= B are zero); row j of plane
+  Column slot * batch_pad + b holds part `slot` of x row b (rows >= B are zero); row j of plane
   i's slice holds the element whose code plane i's column j holds (unpack.PAIR_LAYOUTS
   `layout`; "code": element per_word * j + i). Slots are a power of two (a float32 x's 3
-  bfloat16 parts get a zero 4th). With batch blocks of bb rows (bb < bp), each block's
-  columns are contiguous instead: column c * n_slots * bb + slot * bb + j holds part `slot`
-  of x row c * bb + j."""
+  bfloat16 parts get a zero 4th). With batch blocks of block_batch = bb rows (bb <
+  batch_pad), each block's columns are contiguous instead: column c * n_slots * bb + slot *
+  bb + j holds part `slot` of x row c * bb + j."""
   n_b, k = x.shape
   parts, a = _x_parts(x, operand)
   n_slots = parts.shape[0]
-  parts = jnp.pad(parts, ((0, 0), (0, bp - n_b),
-                          (0, kw_pad * per_word - k)))   # (n_slots, bp, kw_pad * pw)
-  cols = n_slots * bp
-  if bb is not None and bb < bp:                 # (n_slots, blocks, bb, K) -> blocks first
-    parts = parts.reshape(n_slots, bp // bb, bb, -1).transpose(1, 0, 2, 3)
+  parts = jnp.pad(parts, ((0, 0), (0, batch_pad - n_b),
+                          (0, kw_pad * per_word - k)))   # (n_slots, batch_pad, kw_pad * pw)
+  cols = n_slots * batch_pad
+  bb = block_batch
+  if bb is not None and bb < batch_pad:          # (n_slots, blocks, bb, K) -> blocks first
+    parts = parts.reshape(n_slots, batch_pad // bb, bb, -1).transpose(1, 0, 2, 3)
   sizes, order = unpack.pair_axes(layout, per_word)
   xp = parts.reshape(cols, kw_pad // 2, *sizes)            # (N, word pair, digits...)
   xin = jnp.transpose(xp, (*[2 + d for d in order[:-1]], 1, 2 + order[-1], 0))
