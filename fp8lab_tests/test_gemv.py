@@ -1,4 +1,4 @@
-"""Tests of fp8lab.gemv_packed and its Pallas kernel (fp8lab/kernels/gemv.py, unpack.py).
+"""Tests of fp8lab.gemv_packed and its Pallas kernel (fp8lab/kernels/gemv/, unpack.py).
 
 Default (CPU): the kernel runs in Pallas interpret mode on tiny odd shapes. With
 FP8LAB_GPU_TESTS=1 on a GPU the same tests run the compiled kernel on larger shapes, plus
@@ -10,7 +10,7 @@ Tolerances. Where weights and x are small integers (times powers of two) every p
 every partial sum is an integer below 2^24, exact in float32 in any order, so the kernel must
 match the reference path bit for bit. Elsewhere the error bound against the float64 product
 of the dequantized weights is derived from the kernel's order of operations
-(fp8lab/kernels/gemv.py docstring), with u = 2^-24:
+(fp8lab/kernels/gemv/kernel.py docstring), with u = 2^-24:
   * each product w * x is exact on the tensor cores apart from the representation of x
     by float16 / bfloat16 parts, |x - sum(parts)| <= 2^-22 |x| = 4u|x|;
   * k float32 additions in any order add at most (k - 1) u sum|w x| (first order);
@@ -36,8 +36,13 @@ import numpy as np
 import pytest
 
 import fp8lab
-from fp8lab.formats import get_format
+from fp8lab.formats import LAYOUTS, QUANTIZED_FORMATS, get_format, get_quantized_format
+from fp8lab.kernels import device
 from fp8lab.kernels import gemv as G
+from fp8lab.kernels.gemv import configs as GC
+from fp8lab.kernels.gemv import operands as GO
+from fp8lab.kernels.gemv import plan as GP
+from fp8lab.kernels.gemv import xprep as GX
 from fp8lab.kernels import unpack as U
 from fp8lab.quantized import QuantizedArray
 
@@ -53,13 +58,13 @@ INTERPRET = not ON_GPU
 SHAPE = (1000, 4100) if ON_GPU else (37, 100)
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs FP8LAB_GPU_TESTS=1 on a GPU")
 
-# name -> (quantize format, element format, block_shape)
+# layout name -> (quantize format, element format, block_shape), from the registry's LAYOUTS;
+# each format's named variants right after it (the grids below cycle x dtypes in this order).
 FORMATS = {
-    "e4m3": ("e4m3", "e4m3", None), "e5m2": ("e5m2", "e5m2", None),
-    "mxfp8": ("mxfp8", "e4m3", (32,)), "mxfp8_e5m2": ("mxfp8_e5m2", "e5m2", (32,)),
-    "mxfp4": ("mxfp4", "e2m1", (32,)), "nvfp4": ("nvfp4", "e2m1", (16,)),
-    "nvfp4_2d": ("nvfp4", "e2m1", (16, 16)), "f16": ("f16", "f16", None),
-    "bf16": ("bf16", "bf16", None),
+    name: (fmt, get_quantized_format(fmt).element.name,
+           block or get_quantized_format(fmt).block_shape)
+    for name, (fmt, block) in sorted(LAYOUTS.items(), key=lambda it: (
+        QUANTIZED_FORMATS.index(it[1][0]), it[1][1] is not None))
 }
 X_DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
 U_OUT = {jnp.dtype(jnp.float32): 2.0**-24, jnp.dtype(jnp.bfloat16): 2.0**-8,
@@ -104,13 +109,13 @@ def use_native(monkeypatch):
   def set_(on: bool, asm: bool | None = None):
     """asm: the asm e2m1 decode expected (None: gemv_packed's choice, on exactly on a GPU)."""
     want_asm = ON_GPU if asm is None else asm
-    if on and ON_GPU and not G._gpu_has_fp8_converts():
+    if on and ON_GPU and not device.has_fp8_converts():
       pytest.skip("the native fp8 decode needs sm_89+")
     monkeypatch.setenv(G.NATIVE_FP8_ENV, "1" if on else "0")
 
     def spy(*a, plan, **kw):
       assert plan.native_fp8 == (on and plan.elem.name in U.NATIVE_FORMATS), plan
-      assert plan.native_scale == (on and plan.scale_kind == "e4m3"), plan
+      assert plan.native_scale == (on and plan.scaling == "nvfp4"), plan
       assert plan.asm_e2m1 == (want_asm and plan.elem.name == "e2m1"), plan
       seen.append(plan)
       return real(*a, plan=plan, **kw)
@@ -456,14 +461,16 @@ def test_mx_fast_path_factors_are_exact_within_the_spread(elem_name, native):
   exactly value * 2^d (float16 multiply, as in the kernel) down to d = -_MX_SPREAD; further
   drops are "far" with factor 0."""
   f = get_format(elem_name)
-  spread = G._MX_SPREAD[elem_name]
-  plan = G.format_plan("mxfp8" if f.bits == 8 else "mxfp4", elem_name, (32,), False,
-                       native_fp8=native)
+  spread = GO._MX_SPREAD[elem_name]
+  # Derived from the element formats: log2 of their smallest subnormal over float16's.
+  assert spread == {"e2m1": 23, "e4m3": 15, "e5m2": 8}[elem_name]
+  plan = G.format_plan({"e4m3": "mxfp8", "e5m2": "mxfp8_e5m2", "e2m1": "mxfp4"}[elem_name],
+                       elem_name, (32,), False, native_fp8=native)
   assert plan.native_fp8 == native
-  route = G._route_log2(plan)
+  route = GP._route_log2(plan)
   assert route == (0 if native else U.f16_route_log2(f))
   c = np.arange(0, 255, dtype=np.uint8)[None, :]              # m = 254: d = c - 254
-  fac, far = G._mx_factors(jnp.asarray(c), f, route, jnp.full((1,), 254, jnp.int32))
+  fac, far = GO._mx_factors(jnp.asarray(c), f, route, jnp.full((1,), 254, jnp.int32))
   fac = np.asarray(fac.astype(jnp.float32), np.float64)[0]
   far = np.asarray(far)[0]
   d = c[0].astype(np.int64) - 254
@@ -499,7 +506,7 @@ def test_mx_block_scales_far_apart(name, native, spread, use_native):
   vals = np.asarray(fp8lab.decode(w0.codes(), elem, jnp.float32), np.float64)
   nb = -(-k // 32)
   even = (np.arange(nb) % 2 == 0)
-  a, b = {"near": (0, G._MX_SPREAD[elem.name]), "far": (20, 20), "zero_blocks": (1, 0)}[spread]
+  a, b = {"near": (0, GO._MX_SPREAD[elem.name]), "far": (20, 20), "zero_blocks": (1, 0)}[spread]
   j = rng.integers(0, 2, (n, nb))                 # jitter that only narrows the drop
   e = np.where(even[None, :], a - j, -b + j)
   scodes = (127 + e).astype(np.uint8)
@@ -772,8 +779,8 @@ def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp
   xv = bits.view(np.dtype(xdt))
   xv[0] = rng.standard_normal(k) * 1000
   x = jnp.asarray(xv)
-  want, a = G._prep_x(x, pw, kw_pad, jnp.float16, bp, layout, bb)
-  got = G._prep_x_pallas(x, pw, kw_pad, bp, layout, bb, a, tw, 1, interpret=INTERPRET)
+  want, a = GO._prep_x(x, pw, kw_pad, jnp.float16, bp, layout, bb)
+  got = GX._prep_x_pallas(x, pw, kw_pad, bp, layout, bb, a, tw, 1, interpret=INTERPRET)
   assert got.shape == want.shape and got.dtype == want.dtype
   np.testing.assert_array_equal(np.asarray(got).view(np.uint16),
                                 np.asarray(want).view(np.uint16))
@@ -781,11 +788,11 @@ def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp
 
 def test_xprep_kernel_checks_its_tiles():
   x = jnp.ones((3, 40), jnp.float32)
-  a = G._row_max(x)
+  a = GO._row_max(x)
   with pytest.raises(ValueError, match="words per program"):
-    G._prep_x_pallas(x, 4, 12, 4, "code", 4, a, 8, 1, interpret=True)
+    GX._prep_x_pallas(x, 4, 12, 4, "code", 4, a, 8, 1, interpret=True)
   with pytest.raises(ValueError, match="row maxima missing"):
-    G._prep_x_pallas(x, 4, 16, 4, "code", 4, None, 8, 1, interpret=True)
+    GX._prep_x_pallas(x, 4, 16, 4, "code", 4, None, 8, 1, interpret=True)
 
 
 @pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "f16",
@@ -829,7 +836,7 @@ def test_small_block_scaled_weights_take_k_steps_of_four_scale_blocks(name):
   n, k = 16, 200
   w, deq = _integer_weight(name, n, k, rng)
   plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None)
-  cfg = G._effective_config(G.GemvConfig(16, 16), plan, n, w.data.shape[1])
+  cfg = GC._effective_config(G.GemvConfig(16, 16), plan, n, w.data.shape[1])
   assert cfg.block_k >= 4 * plan.words_per_block and cfg.block_rows == 16
   xv = rng.integers(-3, 4, (3, k)).astype(np.float32)
   y = G.gemv_pallas(w.data, w.scales, w.tensor_scale, jnp.asarray(xv), plan=plan, n_out=n,
@@ -839,12 +846,19 @@ def test_small_block_scaled_weights_take_k_steps_of_four_scale_blocks(name):
 
 def test_k_split_choice():
   C = G.GemvConfig
-  assert G._k_splits(C(64, 64), n_prog=256, n_steps=64) == 1        # 16384 rows: unsplit
-  assert G._k_splits(C(64, 64), n_prog=64, n_steps=56) == 4         # 4096 x 14336
-  assert G._k_splits(C(64, 64), n_prog=128, n_steps=32) == 2        # 8192^2
-  assert G._k_splits(C(64, 64), n_prog=224, n_steps=16) == 1        # 14336 x 4096: 224 >= 132
-  assert G._k_splits(C(64, 64), n_prog=1, n_steps=6) == 1           # too few steps
-  assert G._k_splits(C(64, 64, k_splits=4), n_prog=999, n_steps=2) == 2
+  # Interpret mode (and a host without a CUDA GPU) splits as on the H200's 132 SMs.
+  assert device.sm_count(interpret=True) == 132 and device.smem_per_block(True) == 227 * 1024
+  if not ON_GPU:
+    assert device.sm_count() == 132
+  assert GC._smem_budget(interpret=True) == 200 * 1024
+  k_splits = functools.partial(GC._k_splits, n_sms=132)
+  assert k_splits(C(64, 64), n_prog=256, n_steps=64) == 1        # 16384 rows: unsplit
+  assert k_splits(C(64, 64), n_prog=64, n_steps=56) == 4         # 4096 x 14336
+  assert k_splits(C(64, 64), n_prog=128, n_steps=32) == 2        # 8192^2
+  assert k_splits(C(64, 64), n_prog=224, n_steps=16) == 1        # 14336 x 4096: 224 >= 132
+  assert k_splits(C(64, 64), n_prog=1, n_steps=6) == 1           # too few steps
+  assert k_splits(C(64, 64, k_splits=4), n_prog=999, n_steps=2) == 2
+  assert GC._k_splits(C(64, 64), n_prog=224, n_steps=16, n_sms=264) == 2   # a larger GPU
   with pytest.raises(ValueError, match="k_splits"):
     C(64, 64, k_splits=3)
 
@@ -1052,10 +1066,20 @@ def test_errors_before_tracing():
     G.GemvConfig(64, 64, chain_dots=1)
   with pytest.raises(ValueError, match="format"):
     G.gemv_config("e3m4", 1)
+  # format_plan takes the registry record's facts; metadata that contradicts it is an error.
+  with pytest.raises(ValueError, match="tensor scale"):
+    G.format_plan("e4m3", "e4m3", None, False)
+  with pytest.raises(ValueError, match="elements"):
+    G.format_plan("mxfp8", "e5m2", (32,))
+  with pytest.raises(ValueError, match="block_shape"):
+    G.format_plan("mxfp4", "e2m1", (16,))
+  with pytest.raises(ValueError, match="no block scales"):
+    G.format_plan("f16", "f16", (32,))
 
 
-def test_default_configs_are_data_for_every_format():
-  for fmt in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16", "bf16"):
+def test_default_configs_are_data_for_every_format(monkeypatch):
+  assert set(G.DEFAULT_CONFIGS) == set(QUANTIZED_FORMATS)       # every format tuned
+  for fmt in QUANTIZED_FORMATS:
     for batch in (1, 2, 4, 5, 16, 64, 1000):
       cfg = G.gemv_config(fmt, batch)
       assert isinstance(cfg, G.GemvConfig)
@@ -1068,6 +1092,9 @@ def test_default_configs_are_data_for_every_format():
       # (GemvConfig.chain_dots: 18-55x the error on the H200,
       # benchmarks/results/gemv_chain_accuracy_h200_20261130.txt).
       assert not cfg.chain_dots and not want.chain_dots
+  # A registry format without tuned entries runs with the documented untuned default.
+  monkeypatch.delitem(G.DEFAULT_CONFIGS, "bf16")
+  assert G.gemv_config("bf16", 64) == G.GemvConfig(**GC.UNTUNED_CONFIG) == G.GemvConfig(64, 64)
 
 
 @pytest.mark.parametrize("name,batch", [(f, b) for f, t in G.TALL_CONFIGS.items()
@@ -1109,14 +1136,13 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   from jax._src.pallas.triton import lowering as triton_lowering
   fmt, elem, block = FORMATS[name]
   native, asm = decode == "native", decode == "asm"
-  plan = G.format_plan(fmt, elem, block, fmt in ("e4m3", "e5m2", "nvfp4"), native_fp8=native,
-                       asm_e2m1=asm)
+  plan = G.format_plan(fmt, elem, block, native_fp8=native, asm_e2m1=asm)
   assert plan.native_fp8 == (native and name in NATIVE_NAMES) and plan.asm_e2m1 == asm
   assert plan.native_scale == (native and name in NATIVE_SCALE_NAMES)
   n, k = 64, 256
   kw_ = fp8lab.packed_length(k, elem)
   s_shape = None
-  if plan.scale_kind:
+  if plan.block_scaled:
     s_shape = jax.ShapeDtypeStruct((n // plan.scale_row_div, k // block[-1]), jnp.uint8)
   ts = jax.ShapeDtypeStruct((), jnp.float32) if plan.has_tensor_scale else None
   captured = []
@@ -1144,7 +1170,7 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
     assert "tt.func" in ir
     assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)
   gemvs = [ir for ir in captured if "fp8lab_gemv" in ir]
-  assert len(gemvs) == 2 and len(captured) == 2 + G._use_xprep_kernel(plan, 16, False)
+  assert len(gemvs) == 2 and len(captured) == 2 + GX._use_xprep_kernel(plan, 16, False)
   for ir in gemvs:
     cvts = re.findall(r"cvt\.rn\.f16x2\.(e4m3|e5m2)x2", ir)
     assert cvts == ([elem] * 4 if plan.native_fp8 else ["e4m3"] if plan.native_scale
@@ -1174,14 +1200,14 @@ def test_native_fp8_choice_from_the_environment_and_the_device(monkeypatch):
   kernel on a device without fp8 conversions."""
   monkeypatch.delenv(G.NATIVE_FP8_ENV, raising=False)
   assert G.native_fp8_requested(interpret=True) is False
-  assert G.native_fp8_requested() is G._gpu_has_fp8_converts()
+  assert G.native_fp8_requested() is device.has_fp8_converts()
   if not ON_GPU:
-    assert G._gpu_has_fp8_converts() is False          # the CPU backend
+    assert device.has_fp8_converts() is False          # the CPU backend
   monkeypatch.setenv(G.NATIVE_FP8_ENV, "0")
   assert G.native_fp8_requested() is False and G.native_fp8_requested(True) is False
   monkeypatch.setenv(G.NATIVE_FP8_ENV, "1")
   assert G.native_fp8_requested(interpret=True) is True
-  if G._gpu_has_fp8_converts():
+  if device.has_fp8_converts():
     assert G.native_fp8_requested() is True
   else:
     with pytest.raises(ValueError, match="compute capability"):
@@ -1190,7 +1216,7 @@ def test_native_fp8_choice_from_the_environment_and_the_device(monkeypatch):
   assert G.native_fp8_requested(interpret=True, fp8_decode="integer") is False
   monkeypatch.setenv(G.NATIVE_FP8_ENV, "0")
   assert G.native_fp8_requested(interpret=True, fp8_decode="native") is True
-  if not G._gpu_has_fp8_converts():
+  if not device.has_fp8_converts():
     with pytest.raises(ValueError, match="compute capability"):
       G.native_fp8_requested(fp8_decode="native")
   w = _integer_weight("e4m3", 16, 16, np.random.default_rng(0))[0]
@@ -1207,10 +1233,10 @@ def test_native_fp8_choice_from_the_environment_and_the_device(monkeypatch):
 def test_fp8_decode_argument_reaches_the_plan(fp8_decode, monkeypatch):
   """gemv_packed(fp8_decode=...) wins over the environment (set the other way here)."""
   native = fp8_decode == "native"
-  if native and ON_GPU and not G._gpu_has_fp8_converts():
+  if native and ON_GPU and not device.has_fp8_converts():
     pytest.skip("the native fp8 decode needs sm_89+")
   monkeypatch.setenv(G.NATIVE_FP8_ENV, "0" if native else "1")
-  if not native and ON_GPU and not G._gpu_has_fp8_converts():
+  if not native and ON_GPU and not device.has_fp8_converts():
     monkeypatch.delenv(G.NATIVE_FP8_ENV)
   real, seen = G.gemv_pallas, []
   monkeypatch.setattr(G, "gemv_pallas", lambda *a, plan, **kw: (seen.append(plan),
@@ -1226,24 +1252,24 @@ def test_fp8_decode_argument_reaches_the_plan(fp8_decode, monkeypatch):
 
 def test_native_fp8_plan_only_for_fp8_elements_and_nvfp4_scales():
   for name, (fmt, elem, block) in FORMATS.items():
-    plan = G.format_plan(fmt, elem, block, False, native_fp8=True)
+    plan = G.format_plan(fmt, elem, block, native_fp8=True)
     assert plan.native_fp8 == (name in NATIVE_NAMES), name
     assert plan.native_scale == (name in NATIVE_SCALE_NAMES), name
-    plain = G.format_plan(fmt, elem, block, False)
+    plain = G.format_plan(fmt, elem, block)
     assert plain.native_fp8 is False and plain.native_scale is False
     # The scales' decode leaves the elements' route alone.
-    assert G._route_log2(plan) == (0 if plan.native_fp8 else G._route_log2(plain))
+    assert GP._route_log2(plan) == (0 if plan.native_fp8 else GP._route_log2(plain))
 
 
 def test_asm_e2m1_plan_only_for_e2m1_elements_and_compiled_cuda():
   for name, (fmt, elem, block) in FORMATS.items():
-    plan = G.format_plan(fmt, elem, block, False, asm_e2m1=True)
+    plan = G.format_plan(fmt, elem, block, asm_e2m1=True)
     assert plan.asm_e2m1 == (name in ASM_E2M1_NAMES) and not plan.native_fp8, name
-    assert G._route_log2(plan) == G._route_log2(G.format_plan(fmt, elem, block, False))
-    assert G.format_plan(fmt, elem, block, False).asm_e2m1 is False
+    assert GP._route_log2(plan) == GP._route_log2(G.format_plan(fmt, elem, block))
+    assert G.format_plan(fmt, elem, block).asm_e2m1 is False
   # gemv_packed's choice: compiled for a CUDA GPU, never in interpret mode.
   assert G.asm_e2m1_default(interpret=True) is False
-  assert G.asm_e2m1_default() is (G._cuda_capability() is not None)
+  assert G.asm_e2m1_default() is (device.cuda_capability() is not None)
   assert G.asm_e2m1_default() is ON_GPU
 
 

@@ -42,7 +42,7 @@ from jax import lax
 from jax.experimental.pallas import triton as plgpu
 import numpy as np
 
-from fp8lab.formats import BF16, E4M3, E8M0, F16, ElementFormat
+from fp8lab.formats import BF16, E4M3, E8M0, F16, FORMAT_NAMES, ElementFormat, get_format
 
 __all__ = ["f16_route_log2", "f16_pair_bits", "decode_planes", "decode_planes_16bit",
            "decode_planes_native", "NATIVE_FORMATS", "decode_planes_e2m1_asm",
@@ -131,8 +131,8 @@ def decode_planes(words: jax.Array, fmt: ElementFormat) -> list[jax.Array]:
   return [p.astype(jnp.float32) for p in decode_planes_16bit(words, fmt)]
 
 
-# Element formats decode_planes_native takes (8-bit codes with a PTX fp8 conversion).
-NATIVE_FORMATS = ("e4m3", "e5m2")
+# Element formats decode_planes_native takes: those with a PTX fp8 -> f16x2 conversion.
+NATIVE_FORMATS = tuple(n for n in FORMAT_NAMES if get_format(n).f16x2_convert)
 
 
 def _native_plane_asm(fmt: ElementFormat, i: int) -> str:
@@ -168,7 +168,7 @@ def decode_planes_native(words: jax.Array, fmt: ElementFormat, *,
   FormatPlan.native_fp8 is set (by default on sm_89+ GPUs, fp8lab.gemv_packed's
   fp8_decode); the integer route above is used everywhere else.
   """
-  assert fmt.name in NATIVE_FORMATS, fmt
+  assert fmt.f16x2_convert, fmt
   if interpret:
     return pair_planes([_native_code(words, fmt, i) for i in range(fmt.per_word)],
                        "native")
