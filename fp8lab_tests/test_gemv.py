@@ -26,7 +26,6 @@ x's dtype (the result is rounded to it once at the end).
 from __future__ import annotations
 
 import functools
-import os
 import re
 import warnings
 
@@ -49,14 +48,11 @@ from fp8lab.quantized import QuantizedArray
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
 warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
 
-ON_GPU = os.environ.get("FP8LAB_GPU_TESTS") == "1"
-if ON_GPU and jax.default_backend() != "gpu":
-  raise RuntimeError("FP8LAB_GPU_TESTS=1 but JAX has no GPU backend")
+from fp8lab_tests.switches import ON_GPU, gpu
 INTERPRET = not ON_GPU
 # (n_out, k): odd sizes, so that row blocks and the K tail are partial and k is not a
 # multiple of the codes per word nor of the scale block.
 SHAPE = (1000, 4100) if ON_GPU else (37, 100)
-gpu = pytest.mark.skipif(not ON_GPU, reason="needs FP8LAB_GPU_TESTS=1 on a GPU")
 
 # layout name -> (quantize format, element format, block_shape), from the registry's LAYOUTS;
 # each format's named variants right after it (the grids below cycle x dtypes in this order).
@@ -1127,7 +1123,7 @@ _FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
 def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   """The Triton IR handed to the compiler (lowered for an H200 here, also on a CPU) has no
   8/6/4-bit float types and no fp-to-fp converts, so no fp8/fp4 conversion instruction can
-  come out of it; the integer decode decodes every code with integer ops (see BUILD.md for
+  come out of it; the integer decode decodes every code with integer ops (see docs/gemv_kernel.md for
   the PTX check). The native decode (native_fp8, the default for e4m3 / e5m2 codes on sm_89+
   GPUs) converts only in its inline PTX (cvt.rn.f16x2.<elem>x2), still with no fp8 type in
   the IR; the integer decode has no such asm. NVFP4's native scale decode (native_scale) is

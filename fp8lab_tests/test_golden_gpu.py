@@ -18,7 +18,6 @@ uint8/uint16/uint32 patterns.
 from __future__ import annotations
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -31,15 +30,7 @@ from fp8lab import formats
 from fp8lab.numerics import bits as fbits
 from fp8lab_tests.test_codec import MINIFLOATS, UINT_OF, assert_codes_equal, expected
 
-ON_GPU = os.environ.get("FP8LAB_GPU_TESTS") == "1"
-if ON_GPU and jax.default_backend() != "gpu":
-  raise RuntimeError("FP8LAB_GPU_TESTS=1 but JAX has no GPU backend")
-
-
-def gpu(test):
-  """GPU-vs-CPU tests: marked `gpu`, skipped unless FP8LAB_GPU_TESTS=1 (as in test_gemv)."""
-  return pytest.mark.gpu(pytest.mark.skipif(not ON_GPU, reason="needs FP8LAB_GPU_TESTS=1 "
-                                            "on a GPU")(test))
+from fp8lab_tests.switches import gpu      # GPU-vs-CPU tests: FP8LAB_GPU_TESTS=1 only
 
 
 F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)

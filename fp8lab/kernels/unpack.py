@@ -3,7 +3,7 @@
 These run inside Pallas kernels (Triton lowering on the GPU, interpret mode on the CPU), so
 they use nothing but shifts, masks, same-width bitcasts and float16 -> float32 converts:
 no fp8 / fp4 conversion instructions, which GPUs before sm_89 lack and which the Triton
-lowering makes saturate (NUMERICS.md section 9). The one exception:
+lowering makes saturate (docs/numerics.md section 9). The one exception:
 `decode_planes_native` (fp8 -> float16 converts for sm_89+, which the GEMV uses there by
 default for e4m3 / e5m2 codes; see its docstring). They are
 NOT the golden model (fp8lab/numerics/codec.py); the tests compare the two over every code.

@@ -1,7 +1,7 @@
 """Pallas GEMV over packed weights: y = x @ dequantize(W).T, W read once, unpacked in registers.
 
 Layout. W is the QuantizedArray's uint32 `data`, (n_out, kw) with kw = ceil(k / per_word);
-code i of word j of a row is element per_word * j + i (NUMERICS.md section 3). The weight
+code i of word j of a row is element per_word * j + i (docs/numerics.md section 3). The weight
 array is never copied or padded: row blocks past n_out re-read the last row (clamped indices,
 results discarded by a masked store) and the K tail uses masked loads whose missing words read
 as 0 (code 0 is +0 in every format and meets zero-padded x, so no NaN leaks in).
@@ -68,7 +68,7 @@ Operands (every product is exact in float32; jnp.dot accumulates in float32):
     masking that sum to it exactly: 3 for float32 (4 slots, one zero), 2 for float16, 1 for
     bfloat16.
 The x parts are cut with integer ops, never by float round trips that XLA may elide
-(NUMERICS.md section 9). Epilogue, per output y[b, r]:
+(docs/numerics.md section 9). Epilogue, per output y[b, r]:
     hi = acc[r, slot 0 of b],  lo = sum of the other slots of b
     y = (hi + lo if hi is finite else hi) * 2^(fold - s_b) * tensor_scale
 Keeping the hi product apart means an Inf weight times a nonzero x whose low parts are 0

@@ -2,7 +2,7 @@
 
 x side (outside the kernel): the row maxima and power-of-two shifts, the exact float16 /
 bfloat16 parts (cut by masking bit patterns, never by float round trips that XLA may elide:
-NUMERICS.md section 9), and _prep_x, which lays them out as the dots' right operand.
+docs/numerics.md section 9), and _prep_x, which lays them out as the dots' right operand.
 W side (traced inside the kernel, no refs): the decoded planes times their block scales, the
 MX fast path's factors and the MX exact fallback's operands.
 """
@@ -205,7 +205,7 @@ def split_f16_parts(x: jax.Array) -> jax.Array:
   hi = x truncated to 11 significant bits (a float16 value when |x| >= 2^-14), lo = the
   float16 rounding of the exact remainder: |hi + lo - x| <= 2^-22 |x|, or <= 2^-25 when
   |x| < 2^-14 (float16 subnormals). Cut by masking bits, not by a float round trip that
-  XLA may elide (NUMERICS.md section 9).
+  XLA may elide (docs/numerics.md section 9).
   """
   return jnp.stack(_f16_parts(x))
 
