@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one command for a call on the lent GPU machine (run from the repository root, $OUT set):
-#   1. the GEMV tests compiled on the GPU (FP8LAB_GPU_TESTS=1, GPU_RUN_TEST_SHARDS parallel
-#      pytest processes, default 3), log in $OUT/test_gemv_gpu.log;
+#   1. the GPU tests (FP8LAB_GPU_TESTS=1: GPU_RUN_TEST_FILES, default the GEMV kernel, the ops
+#      and the golden model compiled on the GPU; GPU_RUN_TEST_SHARDS parallel pytest
+#      processes, default 3), log in $OUT/test_gemv_gpu.log;
 #   2. the benchmark, JSON in $OUT/gemv_h200_<date>.json, log in $OUT/bench_gemv.log;
 #   3. a short table last: 16384x16384, batches 1 and 16.
 # It ends within GPU_RUN_LIMIT_S (default 560 s; a device call may run 600 s): the tests get at
@@ -11,6 +12,7 @@
 #
 # Knobs (environment):
 #   GPU_RUN_TESTS=0            skip step 1
+#   GPU_RUN_TEST_FILES="..."   the test files of step 1 (default above)
 #   PYTEST_ARGS="-k e4m3"      extra pytest arguments
 #   GPU_RUN_PLAN="..."         the benchmark's --plan (grids in priority order; default below)
 #   BENCH_FLAGS="--reps=20"    extra benchmark flags (after the defaults, so they win),
@@ -49,8 +51,10 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   # the test ids round-robin and the GPU (no memory preallocation), one log each.
   shards=${GPU_RUN_TEST_SHARDS:-3}
   echo "gpu_run: [${SECONDS}s] tests (${shards} shards, at most ${TEST_TIMEOUT_S}s)"
-  # shellcheck disable=SC2086  # PYTEST_ARGS is a word list on purpose
-  FP8LAB_GPU_TESTS=1 "$PY" -m pytest -q --collect-only fp8lab_tests/test_gemv.py ${PYTEST_ARGS:-} 2>/dev/null \
+  test_files=${GPU_RUN_TEST_FILES:-"fp8lab_tests/test_gemv.py fp8lab_tests/test_ops.py \
+    fp8lab_tests/test_golden_gpu.py"}
+  # shellcheck disable=SC2086  # word lists on purpose
+  FP8LAB_GPU_TESTS=1 "$PY" -m pytest -q --collect-only $test_files ${PYTEST_ARGS:-} 2>/dev/null \
     | grep '::' > "$OUT/.test_ids"
   pids=()
   for ((i = 0; i < shards; i++)); do
