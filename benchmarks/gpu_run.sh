@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one command for a call on the lent GPU machine (run from the repository root, $OUT set):
-#   1. the GPU tests (FP8LAB_GPU_TESTS=1: GPU_RUN_TEST_FILES, default the GEMV kernel, the ops
-#      and the golden model compiled on the GPU; GPU_RUN_TEST_SHARDS parallel pytest
-#      processes, default 3), log in $OUT/test_gemv_gpu.log;
+#   1. the GPU tests compiled (FP8LAB_GPU_TESTS=1, and FP8LAB_SLOW_TESTS=1 for the whole
+#      grids that CI thins): GPU_RUN_TEST_FILES, default the GEMV kernel, the ops and the
+#      golden model; GPU_RUN_TEST_SHARDS parallel pytest processes, default 3; log in
+#      $OUT/test_gemv_gpu.log;
 #   2. the benchmark, JSON in $OUT/gemv_h200_<date>.json, log in $OUT/bench_gemv.log;
 #   3. a short table last: 16384x16384, batches 1 and 16.
 # It ends within GPU_RUN_LIMIT_S (default 560 s; a device call may run 600 s): the tests get at
@@ -54,13 +55,15 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   test_files=${GPU_RUN_TEST_FILES:-"fp8lab_tests/test_gemv.py fp8lab_tests/test_ops.py \
     fp8lab_tests/test_golden_gpu.py"}
   # shellcheck disable=SC2086  # word lists on purpose
-  FP8LAB_GPU_TESTS=1 "$PY" -m pytest -q --collect-only $test_files ${PYTEST_ARGS:-} 2>/dev/null \
+  FP8LAB_GPU_TESTS=1 FP8LAB_SLOW_TESTS=1 "$PY" -m pytest -q --collect-only $test_files \
+    ${PYTEST_ARGS:-} 2>/dev/null \
     | grep '::' > "$OUT/.test_ids"
   pids=()
   for ((i = 0; i < shards; i++)); do
     awk -v n="$shards" -v i="$i" '(NR - 1) % n == i' "$OUT/.test_ids" > "$OUT/.shard_$i"
     # shellcheck disable=SC2046  # one test id per word
-    timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 XLA_PYTHON_CLIENT_PREALLOCATE=false \
+    timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 FP8LAB_SLOW_TESTS=1 \
+      XLA_PYTHON_CLIENT_PREALLOCATE=false \
       "$PY" -m pytest -q -p no:cacheprovider $(cat "$OUT/.shard_$i") \
       > "$OUT/.tests_$i.log" 2>&1 &
     pids+=($!)

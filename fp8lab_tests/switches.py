@@ -18,3 +18,20 @@ SLOW = os.environ.get("FP8LAB_SLOW_TESTS") == "1"
 
 # Marks a test that needs the GPU (runs only with FP8LAB_GPU_TESTS=1).
 gpu = pytest.mark.gpu
+
+
+def grid(*axes):
+  """pytest parameters for the product of `axes` (each a list of values or of tuples, which
+  are spliced in), thinned for the default run: a case whose axis indices sum to an odd
+  number is marked `slow`. With axes of two or more values, every value of every axis, and
+  (with three axes or more) every pair of values of two axes, stays in the default run; the whole product runs with
+  FP8LAB_SLOW_TESTS=1 (and in the compiled GPU runs)."""
+  import itertools
+  cases = []
+  for picks in itertools.product(*(list(enumerate(a)) for a in axes)):
+    values = []
+    for _, v in picks:
+      values.extend(v if isinstance(v, tuple) else (v,))
+    odd = sum(i for i, _ in picks) % 2
+    cases.append(pytest.param(*values, marks=pytest.mark.slow) if odd else tuple(values))
+  return cases

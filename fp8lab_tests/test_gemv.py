@@ -1,8 +1,9 @@
 """Tests of fp8lab.gemv_packed and its Pallas kernel (fp8lab/kernels/gemv/, unpack.py).
 
-Default (CPU): the kernel runs in Pallas interpret mode on tiny odd shapes. With
-FP8LAB_GPU_TESTS=1 on a GPU the same tests run the compiled kernel on larger shapes, plus
-the tests marked `gpu` (determinism across runs). Expected values never come from the
+Default (CPU): the kernel runs in Pallas interpret mode on tiny odd shapes, and the larger
+grids (switches.grid) run a thinned cover of their cases; FP8LAB_SLOW_TESTS=1 runs them
+whole. With FP8LAB_GPU_TESTS=1 on a GPU the same tests run the compiled kernel on larger
+shapes, plus the tests marked `gpu` (determinism across runs). Expected values never come from the
 kernel: they come from the golden model (fp8lab.dequantize, fp8lab.decode) and from float64
 products computed here with numpy.
 
@@ -48,7 +49,7 @@ from fp8lab.quantized import QuantizedArray
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
 warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
 
-from fp8lab_tests.switches import ON_GPU, gpu
+from fp8lab_tests.switches import ON_GPU, gpu, grid
 INTERPRET = not ON_GPU
 # (n_out, k): odd sizes, so that row blocks and the K tail are partial and k is not a
 # multiple of the codes per word nor of the scale block.
@@ -413,9 +414,8 @@ def _bound(xv: np.ndarray, deq: np.ndarray, xdt, name: str | None = None
   return y64, acc + U_OUT[jnp.dtype(xdt)] * (np.abs(y64) + acc)
 
 
-@pytest.mark.parametrize("name", list(FORMATS))
-@pytest.mark.parametrize("batch,xdt", [(1, jnp.float32), (2, jnp.bfloat16),
-                                       (33, jnp.float32), (8, jnp.float16)])
+@pytest.mark.parametrize("name,batch,xdt", grid(
+    list(FORMATS), [(1, jnp.float32), (2, jnp.bfloat16), (33, jnp.float32), (8, jnp.float16)]))
 def test_random_within_float32_bound(name, batch, xdt):
   fmt, _, block = FORMATS[name]
   key = jax.random.key(hash((name, batch)) % 2**31)
@@ -671,8 +671,8 @@ def test_tiny_x_times_small_tensor_scale(name):
   assert (np.abs(y - y64) <= bound).all()
 
 
-@pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp4", "mxfp8_e5m2", "nvfp4_2d", "bf16"])
-@pytest.mark.parametrize("k_splits", [2, 8])
+@pytest.mark.parametrize("name,k_splits", grid(
+    ["e4m3", "e5m2", "mxfp4", "mxfp8_e5m2", "nvfp4_2d", "bf16"], [2, 8]))
 def test_split_k_gives_the_same_exact_sums(name, k_splits):
   """Programs split along K (the tail step in the last split, partial results added after
   the kernel in a fixed order) on small integers: every sum is exact, so the result must be
@@ -711,10 +711,9 @@ def _scaled_integer_case(name: str, batch: int, seed: int, xdt, default_decodes=
   return run, xv.astype(np.float64) @ deq.T
 
 
-@pytest.mark.parametrize("name", ["e4m3", "mxfp4", "mxfp8", "nvfp4", "bf16"])
-@pytest.mark.parametrize("xdt", [jnp.float32, jnp.float16])
-@pytest.mark.parametrize("batch,batch_block,k_splits",
-                         [(20, 8, 1), (64, 16, 2), (64, 32, 1), (9, 4, 1)])
+@pytest.mark.parametrize("name,xdt,batch,batch_block,k_splits", grid(
+    ["e4m3", "mxfp4", "mxfp8", "nvfp4", "bf16"], [jnp.float32, jnp.float16],
+    [(20, 8, 1), (64, 16, 2), (64, 32, 1), (9, 4, 1)]))
 def test_batch_blocks_give_the_same_exact_sums(name, xdt, batch, batch_block, k_splits):
   """A batch in blocks of x rows (GemvConfig.batch_block: a program per block and row block,
   with K splits too) on small integers, each x row scaled by its own power of two (each
@@ -760,9 +759,9 @@ def test_batch_blocks_with_the_mx_exact_path():
   np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
-@pytest.mark.parametrize("pw,layout", [(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")])
-@pytest.mark.parametrize("xdt", [jnp.float32, jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("n_b,bp,bb,tw", [(13, 16, 16, 8), (20, 32, 8, 4)])
+@pytest.mark.parametrize("pw,layout,xdt,n_b,bp,bb,tw", grid(
+    [(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")],
+    [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)]))
 def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp, bb, tw):
   """_prep_x_pallas (gemv_launch's x preparation on a GPU from 16 rows on) writes the bits
   of XLA's _prep_x: x of raw bit patterns (subnormals, Inf and NaN; one row of normal
@@ -791,9 +790,9 @@ def test_xprep_kernel_checks_its_tiles():
     GX._prep_x_pallas(x, 4, 16, 4, "code", 4, None, 8, 1, interpret=True)
 
 
-@pytest.mark.parametrize("name", ["e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "f16",
-                                  "bf16"])
-@pytest.mark.parametrize("batch,batch_block,k_splits", [(3, 0, 1), (20, 8, 2)])
+@pytest.mark.parametrize("name,batch,batch_block,k_splits", grid(
+    ["e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "f16", "bf16"],
+    [(3, 0, 1), (20, 8, 2)]))
 def test_chained_dots_give_the_same_exact_sums(name, batch, batch_block, k_splits):
   """GemvConfig.chain_dots (each plane's dot added to the accumulator in turn) on small
   integers, with K splits and batch blocks: every sum is exact, so both orders must give
