@@ -60,6 +60,7 @@ from jax import lax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import fp8lab  # noqa: E402
+from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
 from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
 
@@ -648,8 +649,7 @@ def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   batches = [int(b) for b in _BATCHES.value] if _BATCHES.value else None
   if _SUMMARIZE.value:
     with open(_SUMMARIZE.value) as f:
@@ -671,11 +671,9 @@ def main(argv: list[str]) -> None:
                        f"gemv_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
   default = Grid(ops=tuple(_OPS.value), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
                  batches=tuple(batches))
-  try:
+  with cli.usage_errors():
     default.validate()
     grids = parse_plan(_PLAN.value, default) if _PLAN.value else [default]
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   if smoke and len(grids) > 1:
     # A smoke run keeps the plan's ops and formats (so a dry run checks them) but not its
     # real-size grids: one grid of the smoke sizes and batches.

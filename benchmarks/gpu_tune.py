@@ -33,6 +33,7 @@ if _REPO not in sys.path:
   sys.path.insert(0, _REPO)   # run as a script: fp8lab and benchmarks from the working tree
 
 from absl import app, flags  # noqa: E402
+from benchmarks import cli  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
@@ -284,11 +285,10 @@ def sweep(n, k, names, batches, copies, reps, sweep_kind, deadline,
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   global _T0
   _T0 = time.time()
-  try:
+  with cli.usage_errors():
     for names in (FLAGS.formats, FLAGS.check_formats, FLAGS.ptx_formats):
       check_layouts(names)
     for case in FLAGS.check_cases.split(","):
@@ -296,8 +296,6 @@ def main(argv):
         raise ValueError(f"unknown check case {case!r}; valid: {', '.join(_CHECK_CASES)}")
     for spec in FLAGS.extra:
       parse_config(spec)
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   if FLAGS.compile_only:
     compile_kernels(FLAGS.ptx_formats)
     return

@@ -33,6 +33,7 @@ from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks import cli  # noqa: E402
 from benchmarks import kernel_inputs as KI  # noqa: E402
 from fp8lab.kernels import gemv as G  # noqa: E402
 
@@ -52,15 +53,12 @@ U = 2.0**-24
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
+  cli.no_arguments(argv)
+  with cli.usage_errors():
     KI.check_layouts(_FORMATS.value)
     batches = [int(b) for b in _BATCHES.value]
     chains = [bool(int(c)) for c in _CHAIN.value]
     configs = [KI.parse_config(c) for c in _CONFIGS.value]
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   interpret = _INTERPRET.value if _INTERPRET.value is not None else jax.default_backend() == "cpu"
   n = k = _SIZE.value
   rows: list[dict] = []

@@ -34,6 +34,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from benchmarks import cli  # noqa: E402
 from benchmarks import kernel_inputs as KI  # noqa: E402
 from fp8lab.kernels import gemv as G  # noqa: E402
 
@@ -72,15 +73,12 @@ def _size(s: str) -> tuple[int, int]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
+  cli.no_arguments(argv)
+  with cli.usage_errors():
     KI.check_layouts(_FORMATS.value)
     sizes = [_size(s) for s in _SIZES.value]
     batches = [int(b) for b in _BATCHES.value]
     extra = [KI.parse_config(c) for c in _CONFIGS.value]
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   t_start = time.time()
   interpret = _INTERPRET.value if _INTERPRET.value is not None else jax.default_backend() == "cpu"
   decode = KI.default_decode(interpret)

@@ -21,6 +21,7 @@ from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from benchmarks import cli  # noqa: E402
 from benchmarks import kernel_inputs as KI  # noqa: E402
 import fp8lab  # noqa: E402
 
@@ -44,16 +45,13 @@ def entry_kernels(hlo_text: str) -> list[str]:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
+  cli.no_arguments(argv)
+  with cli.usage_errors():
     cases = []
     for c in _CASES.value:
       name, _, batch = c.partition(":")
       KI.layout(name)
       cases.append((name, int(batch or 1)))
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   n = _SIZE.value
   kwargs = dict(implementation=_IMPL.value, interpret=_INTERPRET.value)
   for name, b in cases:

@@ -27,6 +27,7 @@ if _REPO not in sys.path:
 from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 
+from benchmarks import cli  # noqa: E402
 from benchmarks import kernel_inputs as KI  # noqa: E402
 from fp8lab.kernels import gemv as G  # noqa: E402
 
@@ -43,13 +44,10 @@ _INTERPRET = flags.DEFINE_bool("interpret", None, "Interpret mode (default: on a
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
+  cli.no_arguments(argv)
+  with cli.usage_errors():
     KI.check_layouts(_FORMATS.value)
     config = KI.parse_config(_CONFIG.value) if _CONFIG.value else None
-  except ValueError as e:
-    raise app.UsageError(str(e)) from None
   interpret = _INTERPRET.value if _INTERPRET.value is not None else jax.default_backend() == "cpu"
   n, b = _SIZE.value, _BATCH.value
   for name in _FORMATS.value:

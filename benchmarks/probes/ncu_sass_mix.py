@@ -11,6 +11,7 @@ import collections
 import csv
 
 from absl import app, flags
+from benchmarks import cli
 
 _CSV = flags.DEFINE_string("csv", None, "The source page CSV (ncu --page source --csv).",
                            required=True)
@@ -56,8 +57,7 @@ def summarize(path: str, full: bool, top: int) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   print(summarize(_CSV.value, _FULL.value, _TOP.value))
 
 
