@@ -117,10 +117,6 @@ class QuantizedArray:
 # ----------------------------------------------------------------------------------------
 # Argument checks (before any tracing).
 
-def _check_format(fmt) -> QuantizedFormat:
-  return get_quantized_format(fmt)
-
-
 def _normalize_axis(axis, ndim: int) -> int:
   if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
     raise ValueError(f"axis must be an int, got {axis!r}")
@@ -220,7 +216,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     ValueError: unknown format (lists the valid ones), bad axis, block_shape, scale_mode,
       rounding, hadamard, margin, or a missing key; TypeError: x not float32/bf16/f16.
   """
-  qf = _check_format(fmt)
+  qf = get_quantized_format(fmt)
   fmt, kind = qf.name, qf.scaling
   x = as_float_input(x, "quantize")
   if x.ndim == 0:

@@ -87,9 +87,8 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       "pallas" without a GPU and without interpret; the native decode on a GPU without
       fp8 conversions.
   """
-  _check_operands(w, x)
+  x = _check_operands(w, x)
   implementation = _op.resolve_implementation("gemv_packed", implementation, interpret)
-  x = as_float_input(x, "gemv_packed")
   # Native or integer fp8 decode (FP8LAB_GEMV_NATIVE_FP8 / the GPU), read here at each call
   # (a static argument below, so cached traces of either path stay apart).
   if fp8_decode not in gemv_kernel.FP8_DECODES:
@@ -100,8 +99,8 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   return _gemv(implementation, interpret, native, w, x)
 
 
-def _check_operands(w, x) -> None:
-  """gemv_packed's checks of w and x, before anything is traced."""
+def _check_operands(w, x) -> jax.Array:
+  """gemv_packed's checks of w and x, before anything is traced; x as a JAX array."""
   if not isinstance(w, QuantizedArray):
     raise TypeError(f"gemv_packed needs a fp8lab.QuantizedArray as w, got {type(w).__name__}")
   if len(w.shape) != 2:
@@ -113,6 +112,7 @@ def _check_operands(w, x) -> None:
   k = w.shape[1]
   if x.ndim < 1 or x.shape[-1] != k:
     raise ValueError(f"x's last dimension must be k={k} (w.shape={w.shape}), got x.shape={x.shape}")
+  return x
 
 
 def _rotate_x(w, x: jax.Array) -> jax.Array:
