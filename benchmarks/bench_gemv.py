@@ -40,8 +40,6 @@ import functools
 import gc
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from typing import Any, Callable
@@ -62,6 +60,7 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
+from benchmarks.run_info import git_commit, machine_info, slug  # noqa: E402
 from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
 
 ALL_OPS = ("pallas", "pallas_int", "reference", "xla_packed", "xla_f32", "xla_bf16",
@@ -166,39 +165,6 @@ def parse_size(s: str) -> tuple[int, int]:
   if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
     raise ValueError(f"size {s!r} is not n_out x k with positive integers, e.g. 4096x14336")
   return int(parts[0]), int(parts[1])
-
-
-def slug(text: str) -> str:
-  return "".join(c if c.isalnum() else "_" for c in text.lower()).strip("_")
-
-
-def git_commit() -> dict[str, Any]:
-  """The working tree's commit and whether tracked files differ from it. FP8LAB_GIT_COMMIT,
-  when set, wins: the lent GPU machine's copy of the tree carries a stale .git."""
-  if os.environ.get("FP8LAB_GIT_COMMIT"):
-    return {"commit": os.environ["FP8LAB_GIT_COMMIT"], "dirty": None}
-  try:
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=_REPO, capture_output=True,
-                          text=True, timeout=10, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--"], cwd=_REPO,
-                           capture_output=True, timeout=10).returncode != 0
-    return {"commit": head, "dirty": dirty}
-  except (OSError, subprocess.SubprocessError):
-    # A copy of the tree without .git (as on the lent GPU machine): the caller may say.
-    return {"commit": os.environ.get("FP8LAB_GIT_COMMIT", "unknown"), "dirty": None}
-
-
-def machine_info() -> dict[str, Any]:
-  dev = jax.devices()[0]
-  import jaxlib  # pylint: disable=g-import-not-at-top
-  return {
-      "device_kind": dev.device_kind, "platform": dev.platform,
-      "backend": jax.default_backend(), "device_count": jax.device_count(),
-      "host": platform.node(), "cpu_count": os.cpu_count(),
-      "python": platform.python_version(), "jax": jax.__version__,
-      "jaxlib": jaxlib.__version__,
-      "xla_flags": os.environ.get("XLA_FLAGS", ""),
-  }
 
 
 def check_fp8lab_api(ops: list[str]) -> None:

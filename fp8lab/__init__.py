@@ -10,8 +10,8 @@ from fp8lab.numerics.packing import pack, packed_length, unpack
 from fp8lab.numerics.random import random_bits
 from fp8lab.numerics.hadamard import HadamardSpec, hadamard
 from fp8lab.numerics.scales import DelayedScaling, current_scale, tensor_amax
-from fp8lab.quantized import QuantizedArray, dequantize, quantize
-from fp8lab.ops import gemv_packed
+from fp8lab.quantized import QuantizedArray, dequantize
+from fp8lab.ops import QuantizeResult, gemv_packed, quantize, quantize_with_amax
 
 __version__ = "0.1.0"
 
@@ -20,5 +20,5 @@ __all__ = [
     "encode", "decode", "pack", "unpack", "packed_length", "random_bits",
     "quantize", "dequantize", "QuantizedArray", "QUANTIZED_FORMATS", "hadamard", "HadamardSpec",
     "DelayedScaling", "current_scale", "tensor_amax",
-    "gemv_packed",
+    "gemv_packed", "quantize_with_amax", "QuantizeResult",
 ]

@@ -183,8 +183,10 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     hadamard: None, a block size (16/32/64/128, no signs) or a HadamardSpec. x is rotated
       along `axis` (numerics/hadamard.py) before any amax is taken; the result records the
       spec and dequantizes to the ROTATED values unless `unrotate=True`.
-    scale: "e4m3"/"e5m2" only: the QUANTIZATION factor to use as is (float32 scalar, e.g.
-      `DelayedScaling.scale`); None means current scaling from this tensor's amax.
+    scale: "e4m3"/"e5m2": the QUANTIZATION factor to use as is (float32 scalar, e.g.
+      `DelayedScaling.scale`); "nvfp4": its tensor-level S_enc, used as is (S_dec =
+      fl(1 / S_enc); e.g. the scale of a `DelayedScaling.create("nvfp4")` state); None means
+      current scaling from this tensor's amax. Other formats take None.
     margin: "e4m3"/"e5m2" current scaling only: scale = fp8_max / amax / 2^margin.
     sr_bits: random bits per element for stochastic rounding (1..24, default 8).
 
@@ -194,7 +196,8 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       code 0x00 and zero codes (-0 keeps its sign code). A block with any NaN or +-Inf has
       scale code 0xFF and all element codes 0: it dequantizes to NaN entirely.
     nvfp4: docs/numerics.md section 5 step by step: amax is the largest FINITE |x| of the whole
-      tensor (an all-zero tensor has S_enc = 1, scales 0, zero codes); a block (or tile)
+      tensor (an all-zero tensor has S_enc = 1, scales 0, zero codes), unless `scale` gives
+      S_enc; a block (or tile)
       that holds a NaN or +-Inf gets scale code 0x7F (E4M3 NaN) and zero element codes, so
       it dequantizes to NaN, like MX; the other blocks are unaffected. A block whose scale
       rounds to 0 has enc_b = FLT_MAX and dequantizes to zeros.
@@ -232,17 +235,16 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     raise ValueError(f"{fmt!r} is a nearest-even cast; stochastic rounding is for the "
                      "e4m3/e5m2/e2m1 element formats")
   check_rounding(rounding, key, sr_bits)
-  if kind != "tensor":
-    if scale is not None:
-      raise ValueError(f"scale is only for the per-tensor formats 'e4m3'/'e5m2', not {fmt!r}")
-    if margin != 0:
-      raise ValueError(f"margin is only for the per-tensor formats 'e4m3'/'e5m2', not {fmt!r}")
-  else:
-    margin = sc._check_margin(margin)
-    if scale is not None and margin != 0:
-      raise ValueError("a given scale is used as is; margin applies to current scaling only")
-    if scale is not None and jnp.size(scale) != 1:
-      raise ValueError(f"scale must be a scalar, got shape {jnp.shape(scale)}")
+  if kind not in ("tensor", "nvfp4") and scale is not None:
+    raise ValueError(f"scale is only for the per-tensor formats 'e4m3'/'e5m2' and for "
+                     f"'nvfp4' (its S_enc), not {fmt!r}")
+  if kind != "tensor" and margin != 0:
+    raise ValueError(f"margin is only for the per-tensor formats 'e4m3'/'e5m2', not {fmt!r}")
+  margin = sc._check_margin(margin)
+  if scale is not None and margin != 0:
+    raise ValueError("a given scale is used as is; margin applies to current scaling only")
+  if scale is not None and jnp.size(scale) != 1:
+    raise ValueError(f"scale must be a scalar, got shape {jnp.shape(scale)}")
   spec = _check_hadamard(hadamard)
   if spec is not None and x.shape[axis] % spec.block:
     raise ValueError(f"the length {x.shape[axis]} of axis {axis} is not a multiple of the "
@@ -276,7 +278,7 @@ def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, ha
     rbits = fp8_random.random_bits(key, x.shape)
   if kind == "tensor":
     if scale is None:
-      scale_bits = sc._scale_from_amax_bits(sc.finite_amax_bits(bits), elem, margin,
+      scale_bits = sc._scale_from_amax_bits(sc.finite_amax_bits(bits), elem.max_finite, margin,
                                             sc.ONE_BITS)
     else:
       scale_bits = sc.bits_of(scale.reshape(()))
@@ -295,7 +297,11 @@ def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, ha
     scaled = sc.ldexp_bits(bits, _expand(-s, axis, block_shape, x.shape))
     tensor_scale = None
   else:                                                   # nvfp4, docs/numerics.md section 5
-    s_enc, s_dec = sc.nvfp4_tensor_scales(sc.finite_amax_bits(bits))
+    if scale is None:
+      s_enc, s_dec = sc.nvfp4_tensor_scales(sc.finite_amax_bits(bits))
+    else:                                                 # a given S_enc, used as is
+      s_enc = sc.bits_of(scale.reshape(()))
+      s_dec = sc.f32_div(sc.ONE_BITS, s_enc)
     scale_codes = sc.nvfp4_block_scale_codes(block_max, s_enc)
     scale_codes = jnp.where(nonfinite_block, jnp.uint8(qf.scale_format.nan_code), scale_codes)
     enc_b = sc.nvfp4_block_encode_factor(scale_codes, s_dec)

@@ -348,12 +348,15 @@ def current_scale(amax, fmt, margin: int = 0) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames=("fmt", "margin"))
 def _current_scale(amax, fmt: str, margin: int):
-  return float_of(_scale_from_amax_bits(bits_of(amax), get_format(fmt), margin, ONE_BITS))
+  return float_of(_scale_from_amax_bits(bits_of(amax), get_format(fmt).max_finite, margin,
+                                        ONE_BITS))
 
 
-def _scale_from_amax_bits(amax_bits, fmt: ElementFormat, margin: int, fallback_bits):
+def _scale_from_amax_bits(amax_bits, numerator: float, margin: int, fallback_bits):
+  """fl(fl(numerator / amax) / 2^margin), FLT_MAX where it overflows, fallback_bits when amax
+  is 0 or not finite (float32 bits). numerator: the format's max (e4m3 448) or NVFP4's 2688."""
   amax_bits = jnp.asarray(amax_bits, jnp.uint32) & _MAG
-  scale = ldexp_bits(f32_div(f32_const(fmt.max_finite), amax_bits), -int(margin))
+  scale = ldexp_bits(f32_div(f32_const(numerator), amax_bits), -int(margin))
   scale = jnp.where(scale == _INF, FLT_MAX_BITS, scale)
   usable = (amax_bits != 0) & (amax_bits < _INF)
   return jnp.where(usable, scale, fallback_bits)
@@ -367,6 +370,12 @@ def _check_margin(margin) -> int:
 
 AMAX_ALGOS = ("max", "most_recent")
 
+# The numerator of each delayed-scaling format's scale rule: the element max for e4m3 / e5m2
+# (scale = max / amax), and for nvfp4 the 2688 of S_enc = 2688 / amax (section 5), so that the
+# state's scale is the S_enc to quantize with.
+DELAYED_NUMERATORS = {"e4m3": E4M3.max_finite, "e5m2": get_format("e5m2").max_finite,
+                      "nvfp4": _NVFP4_ENC_NUMERATOR}
+
 
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -374,8 +383,10 @@ class DelayedScaling:
   """Delayed per-tensor scaling (Transformer Engine semantics) as a pure functional state.
 
   Leaves: `amax_history` float32[n] (index 0 = the newest amax) and `scale` float32[] (the
-  QUANTIZATION factor to use now: codes = encode(x * scale)). Static: `format` ("e4m3" or
-  "e5m2"), `margin` (int), `amax_compute_algo` ("max" over the history, or "most_recent").
+  QUANTIZATION factor to use now: codes = encode(x * scale)). Static: `format` ("e4m3",
+  "e5m2", or "nvfp4", whose scale is the tensor-level S_enc = 2688 / amax_ref of
+  docs/numerics.md section 5), `margin` (int), `amax_compute_algo` ("max" over the history,
+  or "most_recent").
 
   One training step:
 
@@ -384,7 +395,8 @@ class DelayedScaling:
 
   `update` shifts the history by one (dropping the oldest), writes the new amax at index 0,
   takes amax_ref = max(history) (or the newest), and sets
-  scale = fp8_max / amax_ref / 2^margin (computed as float32, `current_scale`), keeping the
+  scale = fp8_max / amax_ref / 2^margin (2688 / amax_ref / 2^margin for nvfp4; computed as
+  float32, `current_scale`), keeping the
   previous scale when amax_ref is 0 or not finite, and FLT_MAX when the quotient overflows.
   Transformer Engine writes the amax into slot 0 during the pass and rolls afterwards; the
   window used for the scale (this amax and the n-1 before it) is the same.
@@ -399,16 +411,22 @@ class DelayedScaling:
   def create(cls, fmt: str = "e4m3", history_length: int = 16, margin: int = 0,
              amax_compute_algo: str = "max") -> "DelayedScaling":
     """A fresh state: an all-zero history and scale 1.0."""
-    f = get_format(fmt)
-    if f.name not in ("e4m3", "e5m2"):
-      raise ValueError(f"delayed scaling is for 'e4m3' or 'e5m2', got {fmt!r}")
+    name = fmt
+    if fmt != "nvfp4":
+      try:
+        name = get_format(fmt).name
+      except (ValueError, TypeError):
+        name = None
+    if name not in DELAYED_NUMERATORS:
+      raise ValueError(f"delayed scaling is for {', '.join(map(repr, DELAYED_NUMERATORS))}; "
+                       f"got {fmt!r}")
     if not (isinstance(history_length, int) and history_length >= 1):
       raise ValueError(f"history_length must be a positive int, got {history_length!r}")
     if amax_compute_algo not in AMAX_ALGOS:
       raise ValueError(f"amax_compute_algo must be one of {AMAX_ALGOS}, got "
                        f"{amax_compute_algo!r}")
     return cls(jnp.zeros((history_length,), jnp.float32), jnp.ones((), jnp.float32),
-               f.name, _check_margin(margin), amax_compute_algo)
+               name, _check_margin(margin), amax_compute_algo)
 
   def update(self, amax) -> "DelayedScaling":
     """Folds a new amax (float32 scalar) in and returns the state with the next scale."""
@@ -420,7 +438,7 @@ class DelayedScaling:
       ref_bits = jnp.max(bits_of(history) & _MAG)
     else:
       ref_bits = bits_of(history[0]) & _MAG
-    scale_bits = _scale_from_amax_bits(ref_bits, get_format(self.format), self.margin,
+    scale_bits = _scale_from_amax_bits(ref_bits, DELAYED_NUMERATORS[self.format], self.margin,
                                        bits_of(self.scale))
     return dataclasses.replace(self, amax_history=history, scale=float_of(scale_bits))
 

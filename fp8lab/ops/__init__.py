@@ -2,5 +2,6 @@
 
 from fp8lab.ops._op import IMPLEMENTATIONS
 from fp8lab.ops.gemv import gemv_packed
+from fp8lab.ops.quantize import QuantizeResult, quantize, quantize_with_amax
 
-__all__ = ["gemv_packed", "IMPLEMENTATIONS"]
+__all__ = ["gemv_packed", "quantize", "quantize_with_amax", "QuantizeResult", "IMPLEMENTATIONS"]

@@ -1,0 +1,229 @@
+"""quantize and quantize_with_amax: the golden model ("reference") and the fused Pallas kernel
+("pallas", fp8lab/kernels/quantize/), dispatched by the scaffolding of fp8lab/ops/_op.py.
+
+Both implementations give the same QuantizedArray byte for byte (codes, scales, tensor scale),
+the same amax and the same DelayedScaling state; the tests compare them on raw bit patterns.
+What the kernel serves is `kernel_serves`; `implementation=None` takes the kernel on a GPU only
+where it serves the call and has been verified compiled (`_KERNEL_DEFAULT`), the golden model
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fp8lab import quantized as golden
+from fp8lab.formats import get_quantized_format
+from fp8lab.numerics.codec import as_float_input
+from fp8lab.numerics.scales import DelayedScaling, tensor_amax
+from fp8lab.ops import _op
+from fp8lab.quantized import QuantizedArray
+
+__all__ = ["quantize", "quantize_with_amax", "QuantizeResult", "kernel_serves"]
+
+# quantize has no "xla" implementation: XLA's own scale-clip-cast neither packs nor rounds the
+# way the golden model does (it is the benchmark's baseline instead).
+_IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
+
+# Scaling kinds whose default on a GPU is the kernel (verified compiled on the H200); the
+# others keep the golden model as their default until they are.
+_KERNEL_DEFAULT: frozenset[str] = frozenset()
+
+
+class QuantizeResult(NamedTuple):
+  """What quantize_with_amax returns.
+
+  q: the QuantizedArray of x; q_t: that of x.T (transpose=True) or None; amax: float32 scalar,
+  `fp8lab.tensor_amax(x)` (largest finite |x|); scaling: the DelayedScaling state after this
+  step when one was given (its history holds amax at index 0, its scale is the next one), else
+  None."""
+  q: QuantizedArray
+  q_t: QuantizedArray | None
+  amax: jax.Array
+  scaling: DelayedScaling | None
+
+
+def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str | None = None,
+             block_shape: tuple[int, ...] | None = None, rounding: str = "nearest",
+             key=None, hadamard=None, scale=None, margin: int = 0, sr_bits: int = 8,
+             implementation: str | None = None, interpret: bool = False) -> QuantizedArray:
+  """Quantizes x to one of fp8lab's formats.
+
+  The arguments before `implementation` and the result are those of the golden model,
+  `fp8lab.quantized.quantize` (its docstring gives every format's rules); the result is the
+  same QuantizedArray, byte for byte, whichever implementation runs.
+
+  Args:
+    implementation: None (the Pallas kernel on a GPU where it serves the arguments and is
+      the verified default, the golden model otherwise), "pallas" (the fused kernel; an error
+      for arguments it does not serve, see `kernel_serves`) or "reference" (the golden model).
+    interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel.
+
+  Raises:
+    ValueError / TypeError: the golden model's checks (format, axis, block_shape, scale_mode,
+      rounding, key, hadamard, scale, margin, x's dtype), before anything is traced; an
+      unknown implementation; "pallas" for arguments the kernel does not serve.
+  """
+  kw = dict(axis=axis, block_shape=block_shape, rounding=rounding, key=key, hadamard=hadamard,
+            scale=scale, margin=margin, sr_bits=sr_bits)
+  if scale_mode is not None:                 # None: the format's default scale mode
+    kw["scale_mode"] = scale_mode
+  return quantize_with_amax(x, fmt, implementation=implementation, interpret=interpret,
+                            _caller="quantize", **kw).q
+
+
+def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
+                       implementation: str | None = None, interpret: bool = False,
+                       _caller: str = "quantize_with_amax", **quantize_kwargs) -> QuantizeResult:
+  """Quantizes x and reduces its amax in one pass; optionally x.T too, and a delayed-scaling step.
+
+  Args:
+    x: float32 / bfloat16 / float16, 2D (or with batched leading dims when transpose=False).
+    fmt: a format of `fp8lab.QUANTIZED_FORMATS`.
+    scaling: how the per-tensor scale is chosen, for "e4m3" / "e5m2" (the quantization factor)
+      and "nvfp4" (its S_enc):
+        None: current scaling from this tensor's amax (two passes over x: amax, then codes);
+        a float32 scalar: the scale, used as is;
+        a `fp8lab.DelayedScaling` of the same format: quantizes with `scaling.scale`, then
+          folds this step's amax into the history and computes the next scale
+          (`DelayedScaling.update`), returned as `QuantizeResult.scaling`.
+      Formats with block scales only (MX, blockwise FP8) or none (f16, bf16) take None.
+    transpose: also quantize x.T (`q_t`): the operand of the other GEMM, blocks along x's first
+      axis. x must be 2D, quantized along its last axis.
+    implementation, interpret: as for `quantize`.
+    **quantize_kwargs: `quantize`'s other arguments (axis, scale_mode, block_shape, rounding,
+      key, hadamard, margin, sr_bits); `scale` is `scaling`'s.
+
+  Returns:
+    QuantizeResult(q, q_t, amax, scaling): q == quantize(x, fmt, scale=<the scale used>,
+    **quantize_kwargs), q_t == quantize(x.T, ...) or None, amax == tensor_amax(x), scaling the
+    new DelayedScaling state or None.
+
+  Raises:
+    TypeError: x not float32 / bfloat16 / float16; scaling of the wrong type.
+    ValueError: everything `quantize` checks; transpose with x not 2D or axis not the last;
+      a scaling for a format without a per-tensor scale; a DelayedScaling of another format;
+      an unknown implementation, or "pallas" for arguments the kernel does not serve.
+  """
+  qf = get_quantized_format(fmt)
+  x = as_float_input(x, _caller)
+  if _caller == "quantize_with_amax" and "scale" in quantize_kwargs:
+    raise ValueError("quantize_with_amax takes its scale through `scaling`, not `scale`")
+  if not isinstance(transpose, bool):
+    raise TypeError(f"transpose must be a bool, got {transpose!r}")
+  state = None
+  if scaling is not None:
+    if qf.scaling not in ("tensor", "nvfp4"):
+      raise ValueError(f"{qf.name!r} has no per-tensor scale: scaling must be None, got "
+                       f"{type(scaling).__name__}")
+    if isinstance(scaling, DelayedScaling):
+      if scaling.format != qf.name:
+        raise ValueError(f"a DelayedScaling of format {scaling.format!r} cannot scale "
+                         f"{qf.name!r}; make it with DelayedScaling.create({qf.name!r}, ...)")
+      state = scaling
+      quantize_kwargs["scale"] = scaling.scale
+    elif isinstance(scaling, (jax.Array, np.ndarray, float, np.floating)):
+      quantize_kwargs["scale"] = jnp.asarray(scaling, jnp.float32)
+    else:
+      raise TypeError("scaling must be None, a float32 scalar or a fp8lab.DelayedScaling, got "
+                      f"{type(scaling).__name__}")
+  if transpose:
+    if x.ndim != 2:
+      raise ValueError(f"transpose=True needs a 2D x, got shape {x.shape}")
+    if quantize_kwargs.get("axis", -1) not in (-1, 1):
+      raise ValueError("transpose=True quantizes x along its last axis and x.T along its "
+                       f"last; axis must be -1, got {quantize_kwargs['axis']!r}")
+  # The golden model's checks, run on shapes only: they raise before anything is computed, and
+  # the abstract result carries the static metadata that both implementations' results share.
+  static = {k: v for k, v in quantize_kwargs.items() if k not in ("key", "scale")}
+  meta = jax.eval_shape(functools.partial(_golden_leaves, fmt=qf.name, **static),
+                        x, quantize_kwargs.get("key"), quantize_kwargs.get("scale"))
+  impl = _resolve(_caller, implementation, interpret, meta, x, transpose, quantize_kwargs)
+  if impl == "reference":
+    q = golden.quantize(x, qf.name, **quantize_kwargs)
+    q_t = golden.quantize(x.T, qf.name, **quantize_kwargs) if transpose else None
+    amax = tensor_amax(x)
+  else:
+    q, q_t, amax = _kernel(x, meta, transpose, quantize_kwargs, interpret)
+  new_state = state.update(amax) if state is not None else None
+  return QuantizeResult(q, q_t, amax, new_state)
+
+
+def _golden_leaves(x, key, scale, *, fmt, **kw):
+  kw = dict(kw, key=key, scale=scale)
+  return golden.quantize(x, fmt, **kw)
+
+
+def kernel_serves(meta: QuantizedArray, *, ndim: int, transpose: bool,
+                  hadamard: Any = None) -> str | None:
+  """Why the Pallas kernel cannot serve a quantize call (a sentence), or None if it can.
+
+  `meta` is the call's (abstract) QuantizedArray; the kernel works on x as 2D rows
+  quantized along the last axis (leading axes folded into rows)."""
+  qf = get_quantized_format(meta.format)
+  if qf.scaling not in ("tensor", "mx", "nvfp4"):
+    return f"the kernel does not serve {qf.name!r} (scaling {qf.scaling!r})"
+  if meta.axis != ndim - 1:
+    return "the kernel quantizes along the last axis only"
+  if meta.block_shape is not None and len(meta.block_shape) == 2:
+    return "the kernel does not serve 2D (16x16) block scales yet"
+  if meta.hadamard is not None or hadamard is not None:
+    return "the kernel does not fuse the Hadamard rotation yet"
+  del transpose
+  return None
+
+
+def _resolve(caller: str, implementation, interpret: bool, meta, x, transpose: bool,
+             kw: dict) -> str:
+  if implementation not in _IMPLEMENTATIONS:
+    raise ValueError(f"{caller}: implementation must be one of {_IMPLEMENTATIONS}, got "
+                     f"{implementation!r}")
+  why_not = kernel_serves(meta, ndim=x.ndim, transpose=transpose, hadamard=kw.get("hadamard"))
+  if implementation is None and not interpret:
+    kind = get_quantized_format(meta.format).scaling
+    if why_not is None and _op.on_gpu() and kind in _KERNEL_DEFAULT:
+      return "pallas"
+    return "reference"
+  impl = _op.resolve_implementation(caller, implementation, interpret)
+  if impl == "pallas" and why_not is not None:
+    raise ValueError(f"{caller}: implementation='pallas' cannot serve this call: {why_not}; "
+                     "use implementation='reference' (or None)")
+  return impl
+
+
+def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool):
+  """The Pallas path: x folded to 2D rows, one launch; results wrapped like the golden ones."""
+  from fp8lab.kernels import quantize as qkernel      # noqa: PLC0415 (kernels import ops' deps)
+  qf = get_quantized_format(meta.format)
+  x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+  key_words = None
+  if kw.get("rounding", "nearest") == "stochastic":
+    from fp8lab.numerics.random import key_words as _key_words   # noqa: PLC0415
+    key_words = _key_words(kw["key"])
+  scale = kw.get("scale")
+  amax_in = None
+  if qf.scaling == "tensor" and scale is None:
+    # Current scaling: the first pass reduces the amax, the kernel derives the scale from it.
+    amax_in = qkernel.tensor_amax_2d(x2, interpret=interpret)
+  res = qkernel.quantize_2d(
+      x2, fmt=qf.name, scale_mode=meta.scale_mode, block_shape=meta.block_shape,
+      scale=None if scale is None else jnp.asarray(scale, jnp.float32).reshape(()),
+      amax=amax_in, margin=kw.get("margin", 0), transpose=transpose, key_words=key_words,
+      sr_bits=kw.get("sr_bits", 8), interpret=interpret)
+  aux = meta._aux()
+
+  def wrap(data, scales, shape):
+    m = list(aux)
+    m[2] = shape
+    return QuantizedArray.tree_unflatten(tuple(m), (data, scales, res.tensor_scale))
+
+  data = res.data.reshape(meta.data.shape)
+  scales = None if res.scales is None else res.scales.reshape(meta.scales.shape)
+  q = wrap(data, scales, meta.shape)
+  q_t = wrap(res.data_t, res.scales_t, meta.shape[::-1]) if transpose else None
+  return q, q_t, res.amax
