@@ -1,0 +1,170 @@
+"""The quantize op (fp8lab/ops/quantize.py): quantize_with_amax's results and the golden model's
+given-scale paths against values computed here with numpy and ml_dtypes, its argument errors,
+and (with the kernel) the Pallas implementation against the reference, byte for byte.
+
+Independent expectations: per-tensor codes are ml_dtypes' nearest-even casts of the float32
+products clipped to the format's max (finite inputs); a float32 quotient is the float64
+quotient rounded to float32 (correctly rounded: 53 >= 2 * 24 + 2 bits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import fp8lab
+from fp8lab.formats import get_format
+
+_ML = {"e4m3": ml_dtypes.float8_e4m3fn, "e5m2": ml_dtypes.float8_e5m2,
+       "e2m1": ml_dtypes.float4_e2m1fn}
+
+
+def _f32(v) -> np.float32:
+  return np.float32(np.float64(v))
+
+
+def _div(a, b) -> np.float32:
+  return np.float32(np.float64(np.float32(a)) / np.float64(np.float32(b)))
+
+
+def _encode(values: np.ndarray, elem: str) -> np.ndarray:
+  """Saturating nearest-even codes of finite float32 values (ml_dtypes after a clip)."""
+  m = np.float32(get_format(elem).max_finite)
+  c = np.clip(values.astype(np.float32), -m, m).astype(_ML[elem]).view(np.uint8)
+  return c & np.uint8(0x0F) if elem == "e2m1" else c
+
+
+def _x(shape, seed=0, dtype=np.float32) -> np.ndarray:
+  rng = np.random.default_rng(seed)
+  return (rng.standard_normal(shape) * rng.choice([0.01, 1.0, 30.0], shape)).astype(dtype)
+
+
+def _finite_amax(x) -> np.float32:
+  a = np.abs(np.asarray(x, np.float32))
+  return np.float32(np.max(np.where(np.isfinite(a), a, 0), initial=0))
+
+
+# ----------------------------------------------------------------------------------------
+# quantize_with_amax on the reference path.
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("algo", ["max", "most_recent"])
+def test_delayed_scaling_step(fmt, algo):
+  x = _x((24, 40), seed=1)
+  hist = np.array([3.0, 250.0, 0.5, 7.0], np.float32)
+  state = dataclasses.replace(fp8lab.DelayedScaling.create(fmt, 4, amax_compute_algo=algo),
+                              amax_history=jnp.asarray(hist), scale=jnp.float32(1.75))
+  r = fp8lab.quantize_with_amax(x, fmt, scaling=state, transpose=True)
+  amax = _finite_amax(x)
+  assert np.asarray(r.amax).view(np.uint32) == amax.view(np.uint32)
+  new_hist = np.concatenate([[amax], hist[:-1]]).astype(np.float32)
+  np.testing.assert_array_equal(np.asarray(r.scaling.amax_history).view(np.uint32),
+                                new_hist.view(np.uint32))
+  ref = np.max(new_hist) if algo == "max" else new_hist[0]
+  want_scale = _div(get_format(fmt).max_finite, ref)
+  assert np.asarray(r.scaling.scale).view(np.uint32) == want_scale.view(np.uint32)
+  # The codes use the OLD scale, 1.75; tensor_scale = fl(1 / 1.75).
+  for q, xs in ((r.q, x), (r.q_t, x.T)):
+    np.testing.assert_array_equal(np.asarray(q.codes()), _encode(xs * np.float32(1.75), fmt))
+    assert np.asarray(q.tensor_scale).view(np.uint32) == _div(1, 1.75).view(np.uint32)
+  assert r.q_t.shape == (40, 24)
+
+
+def test_given_scale_and_current_scaling():
+  x = _x((16, 48), seed=2)
+  r = fp8lab.quantize_with_amax(x, "e4m3", scaling=np.float32(0.375))
+  np.testing.assert_array_equal(np.asarray(r.q.codes()), _encode(x * np.float32(0.375), "e4m3"))
+  assert r.scaling is None and r.q_t is None
+  r = fp8lab.quantize_with_amax(x, "e4m3", margin=1)
+  scale = np.float32(_div(448, _finite_amax(x)) / np.float32(2))
+  np.testing.assert_array_equal(np.asarray(r.q.codes()), _encode(x * scale, "e4m3"))
+
+
+def test_block_formats_amax_and_transpose():
+  x = _x((40, 64), seed=3)
+  x[3, 5] = np.inf
+  x[7, 9] = np.nan
+  r = fp8lab.quantize_with_amax(x, "mxfp8", transpose=True)
+  assert np.asarray(r.amax).view(np.uint32) == _finite_amax(x).view(np.uint32)
+  assert r.q_t.shape == (64, 40) and r.q_t.scales.shape == (64, 2)
+  # Transposed blocks run along x's first axis: block (j, b) of q_t covers x[32b:32b+32, j].
+  col = np.abs(x[:32, 10].astype(np.float32))
+  e = int(np.floor(np.log2(col.max()))) - 8                        # floor mode, e4m3 emax 8
+  assert int(np.asarray(r.q_t.scales)[10, 0]) == e + 127
+
+
+def test_nvfp4_given_s_enc():
+  """quantize(x, "nvfp4", scale=S_enc) follows docs/numerics.md section 5 with that S_enc."""
+  x = _x((8, 64), seed=4)
+  s_enc = np.float32(3.0)
+  q = fp8lab.quantize(x, "nvfp4", scale=s_enc)
+  s_dec = _div(1, s_enc)
+  assert np.asarray(q.tensor_scale).view(np.uint32) == s_dec.view(np.uint32)
+  blocks = np.abs(x).reshape(8, 4, 16).max(-1)
+  s = (blocks * np.float32(s_enc * _div(1, 6))).astype(np.float32)
+  codes = _encode(s, "e4m3")
+  np.testing.assert_array_equal(np.asarray(q.scales), codes)
+  scale_val = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+  enc_b = np.minimum(np.float32(1) / (scale_val * s_dec).astype(np.float32),
+                     np.finfo(np.float32).max).astype(np.float32)
+  want = _encode(x * np.repeat(enc_b, 16, axis=1), "e2m1")
+  np.testing.assert_array_equal(np.asarray(q.codes()), want)
+
+
+def test_nvfp4_delayed_state():
+  state = fp8lab.DelayedScaling.create("nvfp4", 3)
+  assert state.format == "nvfp4" and float(state.scale) == 1.0
+  x = _x((16, 32), seed=5)
+  r = fp8lab.quantize_with_amax(x, "nvfp4", scaling=state)
+  # This step used S_enc = 1 (the fresh state); the next S_enc is 2688 / amax.
+  assert np.asarray(r.q.tensor_scale) == np.float32(1)
+  want = _div(2688, _finite_amax(x))
+  assert np.asarray(r.scaling.scale).view(np.uint32) == want.view(np.uint32)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(transpose=True, x=np.zeros((2, 3, 32), np.float32)), ValueError, "2D"),
+    (dict(transpose=True, axis=0), ValueError, "axis must be -1"),
+    (dict(scaling=np.float32(1), fmt="mxfp8"), ValueError, "no per-tensor scale"),
+    (dict(scaling="e4m3"), TypeError, "scaling must be"),
+    (dict(scale=np.float32(2)), ValueError, "through `scaling`"),
+    (dict(transpose=1), TypeError, "transpose must be a bool"),
+    (dict(implementation="xla"), ValueError, "implementation must be one of"),
+    (dict(implementation="pallas"), ValueError, "needs a GPU"),
+    (dict(implementation="pallas", interpret=True, hadamard=32, fmt="mxfp4"), ValueError,
+     "Hadamard"),
+    (dict(implementation="pallas", interpret=True, axis=0), ValueError, "last axis"),
+    (dict(x=np.zeros((4, 32), np.int32)), TypeError, "float32"),
+    (dict(fmt="e4m3x"), ValueError, "e4m3"),
+])
+def test_errors(kwargs, error, match):
+  if kwargs.get("implementation") == "pallas" and not kwargs.get("interpret") \
+      and jax.default_backend() == "gpu":
+    pytest.skip("a GPU runs the kernel")
+  x = kwargs.pop("x", np.zeros((32, 64), np.float32))
+  fmt = kwargs.pop("fmt", "e4m3")
+  with pytest.raises(error, match=match):
+    fp8lab.quantize_with_amax(x, fmt, **kwargs)
+
+
+def test_delayed_state_of_another_format():
+  with pytest.raises(ValueError, match="cannot scale"):
+    fp8lab.quantize_with_amax(np.ones((4, 32), np.float32), "e4m3",
+                              scaling=fp8lab.DelayedScaling.create("e5m2"))
+  with pytest.raises(ValueError, match="delayed scaling is for"):
+    fp8lab.DelayedScaling.create("mxfp8")
+
+
+def test_quantize_dispatch_default_is_the_golden_model_on_a_cpu():
+  if jax.default_backend() == "gpu":
+    pytest.skip("the default on a GPU may be the kernel")
+  x = _x((4, 64), seed=6)
+  a = fp8lab.quantize(x, "mxfp4")
+  b = fp8lab.quantize(x, "mxfp4", implementation="reference")
+  for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    assert np.asarray(u).tobytes() == np.asarray(v).tobytes()
