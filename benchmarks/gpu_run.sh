@@ -2,10 +2,12 @@
 # The one command for a call on the lent GPU machine (run from the repository root, $OUT set):
 #   1. the GPU tests compiled (FP8LAB_GPU_TESTS=1, and FP8LAB_SLOW_TESTS=1 for the whole
 #      grids that CI thins): GPU_RUN_TEST_FILES, default the GEMV kernel, the ops and the
-#      golden model; GPU_RUN_TEST_SHARDS parallel pytest processes, default 3; log in
-#      $OUT/test_gemv_gpu.log;
-#   2. the benchmark, JSON in $OUT/gemv_h200_<date>.json, log in $OUT/bench_gemv.log;
-#   3. a short table last: 16384x16384, batches 1 and 16.
+#      golden model (with GPU_RUN_BENCH=quantize: the quantize kernel, its op and its
+#      in-kernel scalars); GPU_RUN_TEST_SHARDS parallel pytest processes, default 3; log in
+#      $OUT/test_<bench>_gpu.log;
+#   2. the benchmark (GPU_RUN_BENCH: "gemv", the default, or "quantize"), JSON in
+#      $OUT/<bench>_h200_<date>.json, log in $OUT/bench_<bench>.log;
+#   3. a short table last (gemv: 16384x16384, batches 1 and 16; quantize: every row).
 # It ends within GPU_RUN_LIMIT_S (default 560 s; a device call may run 600 s): the tests get at
 # most GPU_RUN_TEST_TIMEOUT_S, the benchmark gets what is left, stops starting new work when its
 # budget is spent (work is ordered by priority, see PLAN) and rewrites its JSON after every row,
@@ -13,6 +15,8 @@
 #
 # Knobs (environment):
 #   GPU_RUN_TESTS=0            skip step 1
+#   GPU_RUN_BENCH=quantize     benchmarks/bench_quantize.py instead of bench_gemv.py (its
+#                              default grid; GPU_RUN_PLAN does not apply)
 #   GPU_RUN_TEST_FILES="..."   the test files of step 1 (default above)
 #   PYTEST_ARGS="-k e4m3"      extra pytest arguments
 #   GPU_RUN_PLAN="..."         the benchmark's --plan (grids in priority order; default below)
@@ -34,7 +38,9 @@ LIMIT_S=${GPU_RUN_LIMIT_S:-560}
 TEST_TIMEOUT_S=${GPU_RUN_TEST_TIMEOUT_S:-240}
 TAG=${GPU_RUN_TAG:-h200}
 DATE=$(date -u +%Y%m%d_%H%M%S)
-JSON="$OUT/gemv_${TAG}_${DATE}.json"
+BENCH=${GPU_RUN_BENCH:-gemv}
+case "$BENCH" in gemv|quantize) ;; *) echo "GPU_RUN_BENCH must be gemv or quantize" >&2; exit 2 ;; esac
+JSON="$OUT/${BENCH}_${TAG}_${DATE}.json"
 # Priority order: the headline shape first (batches 1 and 16: the targets), then the LLM
 # shapes, then the other batches, then the square shapes; what the budget cuts comes last.
 PLAN=${GPU_RUN_PLAN:-"sizes=16384x16384 batches=1,16 ops=pallas,pallas_int,reference,xla_packed,xla_f32,xla_bf16,xla_e4m3; \
@@ -52,8 +58,12 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   # the test ids round-robin and the GPU (no memory preallocation), one log each.
   shards=${GPU_RUN_TEST_SHARDS:-3}
   echo "gpu_run: [${SECONDS}s] tests (${shards} shards, at most ${TEST_TIMEOUT_S}s)"
-  test_files=${GPU_RUN_TEST_FILES:-"fp8lab_tests/test_gemv.py fp8lab_tests/test_ops.py \
-    fp8lab_tests/test_golden_gpu.py"}
+  default_files="fp8lab_tests/test_gemv.py fp8lab_tests/test_ops.py fp8lab_tests/test_golden_gpu.py"
+  if [ "$BENCH" = quantize ]; then
+    default_files="fp8lab_tests/test_quantize_kernel.py fp8lab_tests/test_quantize_op.py \
+      fp8lab_tests/test_quantize_scalars.py"
+  fi
+  test_files=${GPU_RUN_TEST_FILES:-$default_files}
   # shellcheck disable=SC2086  # word lists on purpose
   FP8LAB_GPU_TESTS=1 FP8LAB_SLOW_TESTS=1 "$PY" -m pytest -q --collect-only $test_files \
     ${PYTEST_ARGS:-} 2>/dev/null \
@@ -72,9 +82,9 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   for pid in "${pids[@]}"; do wait "$pid" || test_rc=$?; done
   for ((i = 0; i < shards; i++)); do
     echo "== shard $i of $shards"; cat "$OUT/.tests_$i.log"
-  done > "$OUT/test_gemv_gpu.log"
+  done > "$OUT/test_${BENCH}_gpu.log"
   rm -f "$OUT"/.test_ids "$OUT"/.shard_* "$OUT"/.tests_*.log
-  grep -E '^(FAILED|ERROR)|passed|failed' "$OUT/test_gemv_gpu.log"
+  grep -E '^(FAILED|ERROR)|passed|failed' "$OUT/test_${BENCH}_gpu.log"
   echo "gpu_run: [${SECONDS}s] tests rc=$test_rc (124: cut at ${TEST_TIMEOUT_S}s)"
 fi
 
@@ -85,14 +95,22 @@ budget=$((left - 45))
 if [ "$budget" -lt 30 ]; then budget=30; fi
 echo "gpu_run: [${SECONDS}s] benchmark (budget ${budget}s, hard stop $((left - 10))s)"
 # shellcheck disable=SC2086  # BENCH_FLAGS is a word list on purpose
-timeout -k 10 "$((left - 10))" "$PY" benchmarks/bench_gemv.py --out="$JSON" --plan="$PLAN" \
-  --reps=30 --max_copies=64 --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 \
-  | tee "$OUT/bench_gemv.log"
+if [ "$BENCH" = gemv ]; then
+  timeout -k 10 "$((left - 10))" "$PY" benchmarks/bench_gemv.py --out="$JSON" --plan="$PLAN" \
+    --reps=30 --max_copies=64 --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 \
+    | tee "$OUT/bench_gemv.log"
+else
+  timeout -k 10 "$((left - 10))" "$PY" benchmarks/bench_quantize.py --out="$JSON" \
+    --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 | tee "$OUT/bench_quantize.log"
+fi
 bench_rc=$?
 
 echo
 echo "gpu_run: [${SECONDS}s] tests rc=$test_rc, benchmark rc=$bench_rc (124: cut at the hard stop; 1: an op failed or disagreed, see the log)"
-if [ -f "$JSON" ]; then
+if [ -f "$JSON" ] && [ "$BENCH" = quantize ]; then
+  "$PY" benchmarks/bench_quantize.py --summarize="$JSON" 2>&1 | grep -v '^[IW][0-9]' \
+    | tee "$OUT/summary.txt"
+elif [ -f "$JSON" ]; then
   summary_sizes=16384x16384
   if [ "${FP8LAB_BENCH_SMOKE:-0}" = 1 ]; then summary_sizes=""; fi
   "$PY" benchmarks/bench_gemv.py --summarize="$JSON" ${summary_sizes:+--sizes=$summary_sizes} \
