@@ -132,7 +132,7 @@ def _check_block_shape(qf: QuantizedFormat, block_shape, ndim: int, axis: int):
     return qf.block_shape
   try:
     block_shape = tuple(int(b) for b in block_shape)
-  except TypeError:
+  except (TypeError, ValueError):
     raise ValueError(f"block_shape must be a tuple of ints, got {block_shape!r}") from None
   if not qf.allows_block_shape(block_shape):
     raise ValueError(f"block_shape {block_shape} is not valid for {qf.name!r}; allowed: "
