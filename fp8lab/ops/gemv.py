@@ -147,8 +147,8 @@ def _xla_weight(w) -> jax.Array:
   the words bitcast to XLA's own element dtype (the same bytes, docs/numerics.md section 9), upcast,
   times the block or tensor scale: the float32 products dequantize makes (IEEE multiplies),
   except that XLA flushes float32 subnormals to zero (on the CPU and GPUs): a subnormal
-  product, and a subnormal factor (E8M0 code 0, 2^-127; a blockwise scale below 2^-126)
-  gives zeros there."""
+  product gives a zero there. Subnormal factors (E8M0 code 0 = 2^-127, blockwise scales
+  below 2^-126) go in as two normal factors, so that XLA does not flush them."""
   qf = get_quantized_format(w.format)
   n_out, k = w.shape
   elems = lax.bitcast_convert_type(w.data, qf.element.dtype)         # (n_out, kw, per_word)
@@ -163,7 +163,12 @@ def _xla_weight(w) -> jax.Array:
     return jnp.repeat(jnp.repeat(per_block, rows, axis=0), cols, axis=1)[:n_out, :k]
 
   if qf.scaling == "block":                                 # float32 block scales
-    return values * per_element(w.scales)
+    # A subnormal scale b * 2^-149 (1 / FLT_MAX, pow2's 2^-127), which XLA would flush (an
+    # Inf code times 0 is NaN), goes in as two normal factors: float(b) 2^-125 and 2^-24.
+    bits = lax.bitcast_convert_type(w.scales, jnp.uint32)
+    sub = (bits >> 23) == 0
+    hi = jnp.where(sub, bits.astype(jnp.float32) * jnp.float32(2.0**-125), w.scales)
+    return values * per_element(hi) * per_element(jnp.where(sub, jnp.float32(2.0**-24), 1.0))
   if qf.scaling == "nvfp4":
     scales = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
     return values * per_element(scales * w.tensor_scale)    # fl(s_e4m3 * S_dec) per block
