@@ -183,9 +183,8 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str | None = None,
       `fp8lab.random_bits(key, x.shape)[i]` and rounds with its top `sr_bits` bits
       (docs/numerics.md section 6) the same scaled float32 value that nearest-even rounding
       would round (MX: x * 2^-s; nvfp4: fl(x * enc_b); e4m3/e5m2 and blockwise:
-      fl(x * scale)), then
-      saturates. With a Hadamard rotation the index is that of the rotated element (same
-      shape). Not available for "f16"/"bf16".
+      fl(x * scale)), then saturates. With a Hadamard rotation the index is that of the
+      rotated element (same shape). Not available for "f16"/"bf16".
     key: threefry key for stochastic rounding.
     hadamard: None, a block size (16/32/64/128, no signs) or a HadamardSpec. x is rotated
       along `axis` (numerics/hadamard.py) before any amax is taken; the result records the

@@ -39,7 +39,8 @@ from fp8lab.numerics.codec import decode, encode_bits
 
 __all__ = [
     "MX_SCALE_MODES", "mx_scale_codes", "nvfp4_tensor_scales", "nvfp4_block_scale_codes",
-    "nvfp4_block_encode_factor", "BLOCK_SCALE_MODES", "block_scales", "current_scale", "finite_amax_bits", "tensor_amax",
+    "nvfp4_block_encode_factor", "BLOCK_SCALE_MODES", "block_scales", "current_scale",
+    "finite_amax_bits", "tensor_amax",
     "DelayedScaling", "f32_mul", "f32_div", "f32_add", "f32_sub", "ldexp_bits",
     "bits_of", "float_of", "f32_const",
 ]
