@@ -62,6 +62,7 @@ from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
 from benchmarks.run_info import git_commit, machine_info, slug  # noqa: E402
 from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
+from fp8lab.kernels import gemv as gemv_kernel  # noqa: E402
 
 ALL_OPS = ("pallas", "pallas_int", "reference", "xla_packed", "xla_f32", "xla_bf16",
            "xla_e4m3")
@@ -80,10 +81,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def _formats() -> dict[str, tuple[str, dict[str, Any]]]:
-  """Every registry layout (fp8lab.formats.LAYOUTS) plus VARIANTS, each after its base
-  quantized format in registry order (the table's row order)."""
+  """Every registry layout (fp8lab.formats.LAYOUTS) whose format the Pallas kernel serves
+  (gemv_kernel.serves_format) plus VARIANTS, each after its base quantized format in
+  registry order (the table's row order)."""
   entries = {name: (qname, {} if bs is None else {"block_shape": bs})
-             for name, (qname, bs) in LAYOUTS.items()}
+             for name, (qname, bs) in LAYOUTS.items() if gemv_kernel.serves_format(qname)}
   entries.update(VARIANTS)
   return {name: entries[name] for q in QUANTIZED for name in entries if entries[name][0] == q}
 

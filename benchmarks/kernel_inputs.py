@@ -27,12 +27,14 @@ __all__ = ["LAYOUT_NAMES", "layout", "plan_of", "default_decode", "random_weight
            "probe_args", "dequantize64", "gemv_device_us", "parse_config", "config_tuple",
            "default_out", "check_layouts", "time_host_us"]
 
-LAYOUT_NAMES = tuple(LAYOUTS)
+# The LAYOUTS the kernel serves (not blockwise FP8, which gemv_packed runs with XLA only).
+LAYOUT_NAMES = tuple(n for n, (q, _) in LAYOUTS.items() if G.serves_format(q))
 
 
 def layout(name: str) -> tuple[QuantizedFormat, tuple[int, ...] | None]:
-  """A LAYOUTS name -> (its quantized format, its block shape: None without block scales)."""
-  if name not in LAYOUTS:
+  """A LAYOUT_NAMES name -> (its quantized format, its block shape: None without block
+  scales)."""
+  if name not in LAYOUT_NAMES:
     raise ValueError(f"unknown layout {name!r}; valid: {', '.join(LAYOUT_NAMES)}")
   qname, block_shape = LAYOUTS[name]
   q = QUANTIZED[qname]

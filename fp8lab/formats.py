@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["ElementFormat", "get_format", "FORMAT_NAMES", "E4M3", "E5M2", "E2M1", "E8M0",
            "F16", "BF16", "QuantizedFormat", "QUANTIZED", "QUANTIZED_FORMATS",
-           "get_quantized_format", "SCALINGS", "LAYOUTS", "MX_SCALE_MODES"]
+           "get_quantized_format", "SCALINGS", "LAYOUTS", "MX_SCALE_MODES", "BLOCK_SCALE_MODES"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,8 +180,9 @@ def get_minifloat_names() -> tuple[str, ...]:
 #   "tensor": one float32 scale for the whole tensor (current or delayed scaling);
 #   "mx":     one E8M0 power-of-two scale per block (OCP MX v1.0), no tensor scale;
 #   "nvfp4":  one E4M3 scale per block and a float32 tensor scale (NVIDIA's NVFP4 order);
+#   "block":  one float32 scale per block or tile (blockwise FP8, docs/numerics.md section 8b);
 #   "none":   no scale: a plain cast of each element (f16 / bf16 storage).
-SCALINGS = ("tensor", "mx", "nvfp4", "none")
+SCALINGS = ("tensor", "mx", "nvfp4", "block", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,11 +196,15 @@ class QuantizedFormat:
     block_shapes: the block shapes quantize accepts, the default first: (n,) blocks n
       consecutive elements along the quantized axis, (r, c) tiles the last two axes. Empty
       for formats without block scales.
-    scale_format: the ElementFormat of the block scale codes (E8M0, E4M3), None without.
+    scale_format: the ElementFormat of the block scale codes (E8M0, E4M3); None without
+      block scales, and for scaling "block", whose block scales are float32 values.
     tensor_scale: whether a float32 tensor scale (a dequantization factor) is stored.
-    scale_modes: the MX shared-exponent rules quantize accepts, the default first
-      (numerics/scales.py); ("floor",) stands for "no rule" where there are no E8M0 scales.
+    scale_modes: the block-scale rules quantize's `scale_mode` selects, the default first
+      (numerics/scales.py: MX_SCALE_MODES, BLOCK_SCALE_MODES); empty for formats without a
+      choice, which take scale_mode=None only.
     stochastic_rounding: whether rounding="stochastic" applies (not to plain casts).
+    any_block_length: whether quantize also takes every 1D block (b,) with b >= 1, beyond
+      block_shapes (blockwise FP8: a block can be a head dimension, 64, 80, 96, ...).
 
   Packing (docs/numerics.md section 3) follows from the element format: `per_word` codes of
   `element.bits` bits per uint32 word, little-endian within the word.
@@ -210,19 +215,53 @@ class QuantizedFormat:
   block_shapes: tuple[tuple[int, ...], ...] = ()
   scale_format: ElementFormat | None = None
   tensor_scale: bool = False
-  scale_modes: tuple[str, ...] = ("floor",)
+  scale_modes: tuple[str, ...] = ()
   stochastic_rounding: bool = True
+  any_block_length: bool = False
 
   def __post_init__(self):
     if self.scaling not in SCALINGS:
       raise ValueError(f"scaling must be one of {SCALINGS}, got {self.scaling!r}")
-    if bool(self.block_shapes) != (self.scale_format is not None):
-      raise ValueError(f"{self.name}: block shapes and a scale format go together")
+    # Coded block scales need a scale format; float32 block scales ("block") have none.
+    coded = bool(self.block_shapes) and self.scaling != "block"
+    if coded != (self.scale_format is not None):
+      raise ValueError(f"{self.name}: block shapes and a scale format go together (except "
+                       "for the float32 scales of scaling 'block')")
+    if self.scaling == "block" and not self.block_shapes:
+      raise ValueError(f"{self.name}: scaling 'block' needs block shapes")
+    if self.any_block_length and not self.block_shapes:
+      raise ValueError(f"{self.name}: any_block_length needs block scales")
 
   @property
   def block_shape(self) -> tuple[int, ...] | None:
     """The default block shape (None without block scales)."""
     return self.block_shapes[0] if self.block_shapes else None
+
+  @property
+  def block_scaled(self) -> bool:
+    """Whether arrays of this format carry block scales (QuantizedArray.scales)."""
+    return bool(self.block_shapes)
+
+  @property
+  def scale_dtype(self) -> np.dtype | None:
+    """dtype of QuantizedArray.scales: uint8 codes of scale_format, float32 for scaling
+    "block", None without block scales."""
+    if not self.block_shapes:
+      return None
+    return np.dtype(np.uint8) if self.scale_format is not None else np.dtype(np.float32)
+
+  def allows_block_shape(self, block_shape: tuple[int, ...]) -> bool:
+    """Whether quantize takes `block_shape` (a tuple of ints) for this format."""
+    if block_shape in self.block_shapes:
+      return True
+    return self.any_block_length and len(block_shape) == 1 and block_shape[0] >= 1
+
+  def allowed_block_shapes(self) -> str:
+    """The block shapes quantize takes, in words (for error messages)."""
+    if not self.block_shapes:
+      return "None (no block scales)"
+    shown = " or ".join(map(str, self.block_shapes))
+    return shown + (" or any (b,) with b >= 1" if self.any_block_length else "")
 
   @property
   def per_word(self) -> int:
@@ -235,6 +274,9 @@ class QuantizedFormat:
 
 # The MX shared-exponent rules (numerics/scales.py implements them; "floor" is the spec's).
 MX_SCALE_MODES = ("floor", "ceil", "even", "rceil")
+# Blockwise FP8 scale rules (docs/numerics.md section 8b): "exact" fl(fp8_max / amax), "pow2"
+# that rounded down to a power of two (Transformer Engine's force_pow_2_scales).
+BLOCK_SCALE_MODES = ("exact", "pow2")
 _QUANTIZED = (
     QuantizedFormat("e4m3", E4M3, "tensor", tensor_scale=True),
     QuantizedFormat("e5m2", E5M2, "tensor", tensor_scale=True),
@@ -242,6 +284,10 @@ _QUANTIZED = (
     QuantizedFormat("mxfp8_e5m2", E5M2, "mx", ((32,),), E8M0, scale_modes=MX_SCALE_MODES),
     QuantizedFormat("mxfp4", E2M1, "mx", ((32,),), E8M0, scale_modes=MX_SCALE_MODES),
     QuantizedFormat("nvfp4", E2M1, "nvfp4", ((16,), (16, 16)), E4M3, tensor_scale=True),
+    QuantizedFormat("e4m3_block", E4M3, "block", ((128,), (128, 128)),
+                    scale_modes=BLOCK_SCALE_MODES, any_block_length=True),
+    QuantizedFormat("e5m2_block", E5M2, "block", ((128,), (128, 128)),
+                    scale_modes=BLOCK_SCALE_MODES, any_block_length=True),
     QuantizedFormat("f16", F16, "none", stochastic_rounding=False),
     QuantizedFormat("bf16", BF16, "none", stochastic_rounding=False),
 )
@@ -264,9 +310,11 @@ def get_quantized_format(fmt: Any) -> QuantizedFormat:
 
 
 # Named layouts: a quantized format with a non-default block shape, under one name, for the
-# tests' and benchmarks' grids ("nvfp4_2d": Transformer Engine's 16x16 weight tiles).
+# tests' and benchmarks' grids ("nvfp4_2d": Transformer Engine's 16x16 weight tiles;
+# "e4m3_block_2d": the 128x128 weight tiles of DeepSeek-V3 / Float8BlockScaling).
 # name -> (quantized format, block_shape or None for its default).
 LAYOUTS: dict[str, tuple[str, tuple[int, ...] | None]] = {
     **{q.name: (q.name, None) for q in _QUANTIZED},
     "nvfp4_2d": ("nvfp4", (16, 16)),
+    "e4m3_block_2d": ("e4m3_block", (128, 128)),
 }

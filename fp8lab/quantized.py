@@ -44,14 +44,16 @@ class QuantizedArray:
   """A quantized array: packed element codes, their scales, and static metadata.
 
   Leaves (pytree children): `data` (uint32 words, `fp8lab.pack(codes, element_format,
-  axis=axis)`), `scales` (uint8 scale codes: E8M0 for MX, E4M3 for nvfp4; None otherwise),
-  `tensor_scale` (float32 scalar DEQUANTIZATION factor, or None).
+  axis=axis)`), `scales` (uint8 scale codes: E8M0 for MX, E4M3 for nvfp4; float32
+  DEQUANTIZATION factors for the blockwise formats "e4m3_block" / "e5m2_block"; None
+  otherwise), `tensor_scale` (float32 scalar DEQUANTIZATION factor, or None).
   Static metadata (pytree aux data): `format`, `element_format`, `shape` (logical shape of
-  x), `axis` (non-negative), `block_shape`, `scale_mode` (MX only), `hadamard`
-  (HadamardSpec or None).
+  x), `axis` (non-negative), `block_shape`, `scale_mode` (the formats that have scale modes:
+  MX and blockwise; None otherwise), `hadamard` (HadamardSpec or None).
 
-  `scales` has x's shape with the blocked axis replaced by ceil(length / block); for
-  block_shape (16, 16) the last two axes are replaced by their tile counts.
+  `scales` has x's shape with the blocked axis replaced by ceil(length / block); for a 2D
+  block_shape (tiles: (16, 16), (128, 128)) the last two axes are replaced by their tile
+  counts.
 
   Under jax.vmap the metadata describes ONE example: a QuantizedArray returned by
   jax.vmap(quantize) must be consumed inside jax.vmap too (dequantize checks the leaves
@@ -130,12 +132,11 @@ def _check_block_shape(qf: QuantizedFormat, block_shape, ndim: int, axis: int):
     return qf.block_shape
   try:
     block_shape = tuple(int(b) for b in block_shape)
-  except TypeError:
+  except (TypeError, ValueError):
     raise ValueError(f"block_shape must be a tuple of ints, got {block_shape!r}") from None
-  if block_shape not in qf.block_shapes:
-    allowed = " or ".join(map(str, qf.block_shapes)) or "None (no block scales)"
+  if not qf.allows_block_shape(block_shape):
     raise ValueError(f"block_shape {block_shape} is not valid for {qf.name!r}; allowed: "
-                     f"{allowed}")
+                     f"{qf.allowed_block_shapes()}")
   if len(block_shape) == 2:
     if ndim < 2:
       raise ValueError(f"{qf.name} block_shape {block_shape} tiles the last two axes; x "
@@ -155,7 +156,7 @@ def _check_hadamard(hadamard_arg) -> HadamardSpec | None:
                    f"{hadamard_arg!r}")
 
 
-def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
+def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str | None = None,
              block_shape: tuple[int, ...] | None = None, rounding: str = "nearest",
              key=None, hadamard: int | HadamardSpec | None = None, scale=None,
              margin: int = 0, sr_bits: int = 8) -> QuantizedArray:
@@ -164,21 +165,26 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
   Args:
     x: float32, bfloat16 or float16 array with at least one axis (16-bit inputs are widened
       to float32 exactly, on their bit patterns: the same bits on every backend).
-    fmt: "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "f16" or "bf16".
+    fmt: "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "e4m3_block",
+      "e5m2_block", "f16" or "bf16" (the records of fp8lab.formats.QUANTIZED).
     axis: the blocked and packed axis.
-    scale_mode: MX formats: "floor" (the OCP spec, default), "ceil", "even" or "rceil"
-      (docs/numerics.md section 4). Other formats have no scale rule: only the default "floor"
-      is accepted there (and ignored; the result's scale_mode is None).
+    scale_mode: None for the format's default (its registry record's scale_modes[0]).
+      MX formats: "floor" (the OCP spec, the default), "ceil", "even" or "rceil"
+      (docs/numerics.md section 4); blockwise formats: "exact" (the default) or "pow2"
+      (section 8b). Other formats have no scale rule and take None only; the result's
+      scale_mode is the mode used (None for them).
     block_shape: None for the format's default; nvfp4 also takes (16, 16) (16x16 tiles of
-      the last two axes, Transformer Engine's weight scaling; `axis` must be one of them).
+      the last two axes, Transformer Engine's weight scaling; `axis` must be one of them);
+      e4m3_block / e5m2_block take (128,) (the default), any (b,) with b >= 1 (a head
+      dimension, say) and (128, 128) (tiles of the last two axes).
     rounding: "nearest" (ties to even) or "stochastic" (needs `key`). Stochastic rounding
       applies to the element conversion only (scales stay deterministic): element at flat
       row-major index i of x's logical shape draws
       `fp8lab.random_bits(key, x.shape)[i]` and rounds with its top `sr_bits` bits
       (docs/numerics.md section 6) the same scaled float32 value that nearest-even rounding
-      would round (MX: x * 2^-s; nvfp4: fl(x * enc_b); e4m3/e5m2: fl(x * scale)), then
-      saturates. With a Hadamard rotation the index is that of the rotated element (same
-      shape). Not available for "f16"/"bf16".
+      would round (MX: x * 2^-s; nvfp4: fl(x * enc_b); e4m3/e5m2 and blockwise:
+      fl(x * scale)), then saturates. With a Hadamard rotation the index is that of the
+      rotated element (same shape). Not available for "f16"/"bf16".
     key: threefry key for stochastic rounding.
     hadamard: None, a block size (16/32/64/128, no signs) or a HadamardSpec. x is rotated
       along `axis` (numerics/hadamard.py) before any amax is taken; the result records the
@@ -201,6 +207,11 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
       that holds a NaN or +-Inf gets scale code 0x7F (E4M3 NaN) and zero element codes, so
       it dequantizes to NaN, like MX; the other blocks are unaffected. A block whose scale
       rounds to 0 has enc_b = FLT_MAX and dequantizes to zeros.
+    e4m3_block/e5m2_block (docs/numerics.md section 8b): per block (or tile), amax over its
+      FINITE elements, scale = `scales.block_scales` (fl(fp8_max / amax), FLT_MAX where
+      that overflows, 1.0 for a block without a finite nonzero element; "pow2" clears its
+      mantissa bits); codes = saturating encoding of fl(x * scale) with the e4m3/e5m2 rules
+      below (NaN -> the positive NaN code, +-Inf -> +-max); scales = float32 fl(1 / scale).
     e4m3/e5m2: scale = `scales.current_scale(tensor_amax(x), fmt, margin)` unless given
       (amax over finite values; 1.0 for an all-zero or all-non-finite tensor; FLT_MAX when
       fp8_max / amax overflows); codes = saturating encoding of fl(x * scale): +-Inf and
@@ -226,11 +237,13 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
     raise ValueError("quantize needs an array with at least one axis")
   axis = _normalize_axis(axis, x.ndim)
   block_shape = _check_block_shape(qf, block_shape, x.ndim, axis)
-  if scale_mode not in qf.scale_modes:
-    if len(qf.scale_modes) > 1:
-      raise ValueError(f"scale_mode for {fmt!r} must be one of {qf.scale_modes}, got "
-                       f"{scale_mode!r}")
-    raise ValueError(f"{fmt!r} has no scale_mode (leave the default); got {scale_mode!r}")
+  if scale_mode is None:
+    scale_mode = qf.scale_modes[0] if qf.scale_modes else None
+  elif scale_mode not in qf.scale_modes:
+    if qf.scale_modes:
+      raise ValueError(f"scale_mode for {fmt!r} must be one of {qf.scale_modes} (None: "
+                       f"{qf.scale_modes[0]!r}), got {scale_mode!r}")
+    raise ValueError(f"{fmt!r} has no scale_mode (pass None); got {scale_mode!r}")
   if rounding == "stochastic" and not qf.stochastic_rounding:
     raise ValueError(f"{fmt!r} is a nearest-even cast; stochastic rounding is for the "
                      "e4m3/e5m2/e2m1 element formats")
@@ -251,7 +264,7 @@ def quantize(x, fmt: str, *, axis: int = -1, scale_mode: str = "floor",
                      f"Hadamard block {spec.block}")
 
   meta = dict(format=fmt, element_format=qf.element.name, shape=x.shape, axis=axis,
-              block_shape=block_shape, scale_mode=scale_mode if kind == "mx" else None,
+              block_shape=block_shape, scale_mode=scale_mode,
               hadamard=spec)
   data, scales, tensor_scale = _quantize_leaves(
       x, key, None if scale is None else sc.float_of(sc.bits_of(scale)), **{
@@ -286,9 +299,17 @@ def _quantize_leaves(x, key, scale, *, format, axis, block_shape, scale_mode, ha
                         random_bits=rbits, sr_bits=sr_bits)
     tensor_scale = sc.float_of(sc.f32_div(sc.ONE_BITS, scale_bits))
     return pack(codes, elem_name, axis), None, tensor_scale
-  # Block formats: a NaN or Inf anywhere in a block marks it (its magnitude bits are the
-  # largest), so the block max of the magnitude bits serves both amax and that test.
   mag = bits & _U(0x7FFFFFFF)
+  if kind == "block":                                     # docs/numerics.md section 8b
+    # Like per-tensor scaling: the amax skips NaN and +-Inf, which the encode handles.
+    finite_mag = jnp.where(mag >= _U(0x7F800000), _U(0), mag)
+    scale, scale_inv = sc.block_scales(_block_reduce_max(finite_mag, axis, block_shape), elem,
+                                       scale_mode)
+    codes = encode_bits(sc.f32_mul(bits, _expand(scale, axis, block_shape, x.shape)), elem,
+                        saturate=True, random_bits=rbits, sr_bits=sr_bits)
+    return pack(codes, elem_name, axis), sc.float_of(scale_inv), None
+  # MX / nvfp4: a NaN or Inf anywhere in a block marks it (its magnitude bits are the
+  # largest), so the block max of the magnitude bits serves both amax and that test.
   block_max = _block_reduce_max(mag, axis, block_shape)
   nonfinite_block = block_max >= _U(0x7F800000)
   if kind == "mx":
@@ -357,6 +378,9 @@ def _check_leaves(q: QuantizedArray):
     want_s = scales_shape(q.shape, q.axis, q.block_shape)
     if tuple(q.scales.shape) != want_s:
       problems.append(f"scales have shape {tuple(q.scales.shape)}, metadata implies {want_s}")
+  want_dtype = get_quantized_format(q.format).scale_dtype
+  if q.scales is not None and want_dtype is not None and q.scales.dtype != want_dtype:
+    raise ValueError(f"{q.format} scales must be {want_dtype}, got {q.scales.dtype}")
   if problems:
     raise ValueError("QuantizedArray leaves do not match its metadata (" + "; ".join(problems)
                      + "). A QuantizedArray made under jax.vmap describes one example: "
@@ -364,8 +388,8 @@ def _check_leaves(q: QuantizedArray):
 
 
 def scales_shape(shape, axis: int, block_shape) -> tuple[int, ...]:
-  """Shape of the scale codes of an array of `shape` blocked along non-negative `axis`:
-  the blocked axis becomes its block count; (16, 16) tiles block the last two axes."""
+  """Shape of the block scales of an array of `shape` blocked along non-negative `axis`:
+  the blocked axis becomes its block count; 2D tiles block the last two axes."""
   shape = list(shape)
   if len(block_shape) == 2:
     shape[-2] = -(-shape[-2] // block_shape[0])
@@ -388,6 +412,8 @@ def dequantize(q: QuantizedArray, dtype=jnp.float32, *, unrotate: bool = False) 
       round up to it (floor cannot).
     nvfp4: fl(decode(code) * fl(decode_e4m3(scale_code) * S_dec)); an E4M3 NaN scale makes
       the block NaN.
+    e4m3_block/e5m2_block: fl(decode(code) * scale_inv), scale_inv the block's float32
+      scale (NaN codes give NaN, e5m2 Inf codes +-Inf).
     f16/bf16: the stored values (their exact bits when `dtype` is the stored dtype).
   Hadamard-rotated arrays give the ROTATED values, unless unrotate=True, which applies the
   inverse rotation (in float32) before the cast to `dtype`.
@@ -418,6 +444,8 @@ def _dequantize_leaves(data, scales, tensor_scale, *, aux, dtype, unrotate):
     elem_bits = sc.bits_of(decode(codes, elem_name))
     if kind == "tensor":
       out = sc.f32_mul(elem_bits, sc.bits_of(tensor_scale))
+    elif kind == "block":
+      out = sc.f32_mul(elem_bits, _expand(sc.bits_of(scales), axis, block_shape, shape))
     elif kind == "mx":
       exponent = scales.astype(jnp.int32) - E8M0.bias
       out = sc.ldexp_bits(elem_bits, _expand(exponent, axis, block_shape, shape))

@@ -214,14 +214,15 @@ def quantize_configs():
   for name, qf in formats.QUANTIZED.items():
     for block_shape in qf.block_shapes or (None,):
       tag = name + ("" if block_shape in (None, qf.block_shape) else "_2d")
-      for mode in qf.scale_modes:
-        out.append((f"{tag}-{mode}", name, block_shape, mode, "nearest", None))
+      # Formats without scale modes take scale_mode=None only.
+      for mode in qf.scale_modes or (None,):
+        out.append((f"{tag}-{mode or 'nearest'}", name, block_shape, mode, "nearest", None))
       if qf.stochastic_rounding:
-        out.append((f"{tag}-sr", name, block_shape, qf.scale_modes[0], "stochastic", None))
+        out.append((f"{tag}-sr", name, block_shape, None, "stochastic", None))
   random_spec = fp8lab.HadamardSpec.from_signs(16, jax.random.key(7))
   for spec_id, spec in (("fixed", fp8lab.HadamardSpec(16, "fixed")), ("random", random_spec)):
     for rounding in ("nearest", "stochastic"):
-      out.append((f"nvfp4-had-{spec_id}-{rounding}", "nvfp4", None, "floor", rounding, spec))
+      out.append((f"nvfp4-had-{spec_id}-{rounding}", "nvfp4", None, None, rounding, spec))
   return out
 
 

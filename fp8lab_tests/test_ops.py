@@ -42,12 +42,14 @@ def _subnormal(a) -> np.ndarray:
 
 def _block_factor(q) -> np.ndarray:
   """Each weight's block scale factor as float32 (1 without block scales), in numpy: MX
-  2^(code - 127), NVFP4 fl(e4m3 value * S_dec)."""
+  2^(code - 127), NVFP4 fl(e4m3 value * S_dec), blockwise FP8 the float32 scale itself."""
   n, k = q.shape
   if q.scales is None:
     return np.ones((n, k), np.float32)
   codes = np.asarray(q.scales)
-  if q.format.startswith("mx"):
+  if codes.dtype == np.float32:                     # e4m3_block / e5m2_block
+    f = codes
+  elif q.format.startswith("mx"):
     f = np.ldexp(np.float64(1), codes.astype(np.int32) - 127)   # 0xFF: 2^128, a NaN block
   else:
     f = codes.view(ml_dtypes.float8_e4m3fn).astype(np.float32) * np.float32(q.tensor_scale)

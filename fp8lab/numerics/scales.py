@@ -1,5 +1,5 @@
-"""Scale rules of the golden model (docs/numerics.md sections 4, 5 and 8), and the exact float32
-arithmetic on bit patterns they are computed with.
+"""Scale rules of the golden model (docs/numerics.md sections 4, 5, 8 and 8b), and the exact
+float32 arithmetic on bit patterns they are computed with.
 
 Why float32 arithmetic on integers: XLA:CPU flushes float32 subnormal inputs and results of
 arithmetic to zero (2^-127 * 448 == 0 there), GPUs do not. The scale steps of NVFP4 and
@@ -32,13 +32,15 @@ import jax.numpy as jnp
 from jax import lax
 import numpy as np
 
-from fp8lab.formats import E2M1, E4M3, E8M0, MX_SCALE_MODES, ElementFormat, get_format
+from fp8lab.formats import (BLOCK_SCALE_MODES, E2M1, E4M3, E8M0, MX_SCALE_MODES, ElementFormat,
+                            get_format)
 from fp8lab.numerics.bits import f32_bits
 from fp8lab.numerics.codec import decode, encode_bits
 
 __all__ = [
     "MX_SCALE_MODES", "mx_scale_codes", "nvfp4_tensor_scales", "nvfp4_block_scale_codes",
-    "nvfp4_block_encode_factor", "current_scale", "finite_amax_bits", "tensor_amax",
+    "nvfp4_block_encode_factor", "BLOCK_SCALE_MODES", "block_scales", "current_scale",
+    "finite_amax_bits", "tensor_amax",
     "DelayedScaling", "f32_mul", "f32_div", "f32_add", "f32_sub", "ldexp_bits",
     "bits_of", "float_of", "f32_const",
 ]
@@ -332,6 +334,28 @@ def nvfp4_block_encode_factor(scale_codes, s_dec_bits) -> jax.Array:
   scale (or a product that underflows to zero) gives FLT_MAX."""
   inv = f32_div(ONE_BITS, nvfp4_block_decode_factor(scale_codes, s_dec_bits))
   return jnp.minimum(inv, FLT_MAX_BITS)
+
+
+# ----------------------------------------------------------------------------------------
+# Blockwise FP8 (section 8b).
+
+_POW2_MASK = _U(0xFF800000)
+
+
+def block_scales(amax_bits, elem: ElementFormat, mode: str) -> tuple[jax.Array, jax.Array]:
+  """(scale, scale_inv) as float32 bits of blocks whose largest FINITE magnitude is amax_bits.
+
+  scale = fl(fp8_max / amax) (exact IEEE division), FLT_MAX where it overflows, 1.0 for
+  amax == 0; mode "pow2" then clears its mantissa bits (Transformer Engine's
+  force_pow_2_scales: FLT_MAX becomes 2^127; the quotient is never subnormal, since
+  fp8_max / FLT_MAX >= 448 / FLT_MAX > 2^-119). scale_inv = fl(1 / scale) is the stored
+  dequantization factor (exact in "pow2" mode, 2^-127 included)."""
+  if mode not in BLOCK_SCALE_MODES:
+    raise ValueError(f"scale_mode must be one of {BLOCK_SCALE_MODES}, got {mode!r}")
+  scale = _scale_from_amax_bits(amax_bits, elem, 0, ONE_BITS)
+  if mode == "pow2":
+    scale = scale & _POW2_MASK
+  return scale, f32_div(ONE_BITS, scale)
 
 
 # ----------------------------------------------------------------------------------------

@@ -30,11 +30,14 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   Args:
     w: a QuantizedArray of logical shape (n_out, k) quantized along its last axis, in any
       format ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4" with 1D or 16x16
-      scales, "f16", "bf16"). Hadamard-rotated weights are supported: x is rotated the
-      same way first (the rotation is orthogonal, so the product is that of the
-      unrotated operands up to rounding).
+      scales, "f16", "bf16"; the blockwise "e4m3_block" / "e5m2_block", with any block
+      shape, by the "xla" and "reference" paths only). Hadamard-rotated weights are
+      supported: x is rotated the same way first (the rotation is orthogonal, so the
+      product is that of the unrotated operands up to rounding).
     x: (k,) or (..., k) float32, bfloat16 or float16 (a batch of tokens).
-    implementation: None (the Pallas kernel on a GPU, the reference elsewhere), "pallas",
+    implementation: None (the Pallas kernel on a GPU, the reference elsewhere; for formats
+      the kernel does not serve, fp8lab.kernels.gemv.serves_format: "xla" on a GPU, the
+      reference elsewhere), "pallas",
       "xla" (jnp: the packed words bitcast to XLA's float8 / float4 dtype, upcast and scaled
       in XLA's fusion, a float32 dot at HIGHEST precision) or "reference" (golden-model
       dequantize + jnp.dot at HIGHEST precision). See fp8lab/ops/_op.py.
@@ -84,10 +87,18 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
     TypeError: w is not a QuantizedArray; x is not float32 / bfloat16 / float16.
     ValueError: w is not 2D or not quantized along its last axis; x's last dimension is
       not k; unknown implementation or fp8_decode (or FP8LAB_GEMV_NATIVE_FP8 value);
-      "pallas" without a GPU and without interpret; the native decode on a GPU without
-      fp8 conversions.
+      "pallas" without a GPU and without interpret; "pallas" or interpret=True for a
+      format the kernel does not serve; the native decode on a GPU without fp8 conversions.
   """
   x = _check_operands(w, x)
+  if not gemv_kernel.serves_format(w.format):
+    if implementation in _op.KERNEL_IMPLEMENTATIONS or (implementation is None
+                                                         and interpret is True):
+      raise ValueError(f"gemv_packed: the Pallas kernel does not serve {w.format!r} "
+                       "weights; implementation 'xla' or 'reference' does (None picks 'xla' "
+                       "on a GPU, 'reference' elsewhere, without interpret=True)")
+    if implementation is None:
+      implementation = "xla" if _op.on_gpu() else "reference"
   implementation = _op.resolve_implementation("gemv_packed", implementation, interpret)
   # Native or integer fp8 decode (FP8LAB_GEMV_NATIVE_FP8 / the GPU), read here at each call
   # (a static argument below, so cached traces of either path stay apart).
@@ -136,20 +147,28 @@ def _xla_weight(w) -> jax.Array:
   the words bitcast to XLA's own element dtype (the same bytes, docs/numerics.md section 9), upcast,
   times the block or tensor scale: the float32 products dequantize makes (IEEE multiplies),
   except that XLA flushes float32 subnormals to zero (on the CPU and GPUs): a subnormal
-  product, and a subnormal factor (E8M0 code 0, 2^-127) gives zeros there."""
+  product gives a zero there. Subnormal factors (E8M0 code 0 = 2^-127, blockwise scales
+  below 2^-126) go in as two normal factors, so that XLA does not flush them."""
   qf = get_quantized_format(w.format)
   n_out, k = w.shape
   elems = lax.bitcast_convert_type(w.data, qf.element.dtype)         # (n_out, kw, per_word)
   values = elems.reshape(n_out, -1)[:, :k].astype(jnp.float32)
   if qf.scaling == "tensor":
     return values * w.tensor_scale
-  if qf.scale_format is None:
+  if not qf.block_scaled:
     return values
   rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
 
   def per_element(per_block):
     return jnp.repeat(jnp.repeat(per_block, rows, axis=0), cols, axis=1)[:n_out, :k]
 
+  if qf.scaling == "block":                                 # float32 block scales
+    # A subnormal scale b * 2^-149 (1 / FLT_MAX, pow2's 2^-127), which XLA would flush (an
+    # Inf code times 0 is NaN), goes in as two normal factors: float(b) 2^-125 and 2^-24.
+    bits = lax.bitcast_convert_type(w.scales, jnp.uint32)
+    sub = (bits >> 23) == 0
+    hi = jnp.where(sub, bits.astype(jnp.float32) * jnp.float32(2.0**-125), w.scales)
+    return values * per_element(hi) * per_element(jnp.where(sub, jnp.float32(2.0**-24), 1.0))
   if qf.scaling == "nvfp4":
     scales = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
     return values * per_element(scales * w.tensor_scale)    # fl(s_e4m3 * S_dec) per block

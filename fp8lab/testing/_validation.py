@@ -118,16 +118,16 @@ def axis_of(axis: Any, ndim: int, name: str = "axis") -> int:
 
 def block_shape_of(qf: QuantizedFormat, block_shape: Any,
                    name: str = "block_shape") -> tuple[int, ...] | None:
-  """`block_shape` checked against qf.block_shapes (None: the format's default)."""
+  """`block_shape` checked against the registry record (QuantizedFormat.allows_block_shape;
+  None: the format's default)."""
   if block_shape is None:
     return qf.block_shape
   if isinstance(block_shape, (str, bytes)) or not isinstance(block_shape, Iterable):
     raise InvalidArgument(f"{name} must be a tuple of ints, got {block_shape!r}")
   block_shape = tuple(check_int(b, f"{name} entries") for b in block_shape)
-  if block_shape not in qf.block_shapes:
-    allowed = " or ".join(map(str, qf.block_shapes)) or "None (no block scales)"
+  if not qf.allows_block_shape(block_shape):
     raise InvalidArgument(f"{name}={block_shape} is not valid for {qf.name!r}; allowed: "
-                          f"{allowed}")
+                          f"{qf.allowed_block_shapes()}")
   return block_shape
 
 

@@ -13,9 +13,9 @@ from fp8lab.kernels.gemv.configs import (DEFAULT_CONFIGS, TALL_CONFIGS, TALL_ROW
 from fp8lab.kernels.gemv.kernel import gemv_launch, gemv_pallas
 from fp8lab.kernels.gemv.operands import split_bf16_parts, split_f16_parts
 from fp8lab.kernels.gemv.plan import (FP8_DECODES, NATIVE_FP8_ENV, FormatPlan, asm_e2m1_default,
-                                      format_plan, native_fp8_requested)
+                                      format_plan, native_fp8_requested, serves_format)
 
 __all__ = ["GemvConfig", "FormatPlan", "DEFAULT_CONFIGS", "TALL_CONFIGS", "TALL_ROWS",
-           "gemv_config", "format_plan",
+           "gemv_config", "format_plan", "serves_format",
            "gemv_pallas", "gemv_launch", "split_bf16_parts", "split_f16_parts",
            "NATIVE_FP8_ENV", "FP8_DECODES", "native_fp8_requested", "asm_e2m1_default"]

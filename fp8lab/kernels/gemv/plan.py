@@ -2,7 +2,8 @@
 
 A plan is built from the format's registry record (fp8lab.formats.get_quantized_format): its
 scaling ("tensor", "mx", "nvfp4", "none") and scale format decide the kernel's scale path,
-the element format's f16x2_convert whether the native fp8 decode applies.
+the element format's f16x2_convert whether the native fp8 decode applies. Formats of other
+scalings (blockwise FP8's float32 block scales) are not served: serves_format says which.
 """
 
 from __future__ import annotations
@@ -16,8 +17,18 @@ import jax.numpy as jnp
 from fp8lab.formats import ElementFormat, get_format, get_quantized_format
 from fp8lab.kernels import device, unpack
 
-__all__ = ["FormatPlan", "format_plan", "NATIVE_FP8_ENV", "FP8_DECODES",
-           "native_fp8_requested", "asm_e2m1_default"]
+__all__ = ["FormatPlan", "format_plan", "KERNEL_SCALINGS", "serves_format", "NATIVE_FP8_ENV",
+           "FP8_DECODES", "native_fp8_requested", "asm_e2m1_default"]
+
+# The registry scalings the kernel has a scale path for; gemv_packed serves the others
+# (scaling "block": float32 block scales) with its "xla" and "reference" paths only.
+KERNEL_SCALINGS = ("tensor", "mx", "nvfp4", "none")
+
+
+def serves_format(format) -> bool:
+  """Whether the GEMV kernel takes weights of this registry format (a name or record);
+  ValueError for a name that is not a registry format."""
+  return get_quantized_format(format).scaling in KERNEL_SCALINGS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,8 +96,13 @@ def format_plan(format: str, element_format: str | None = None,
   record's (block_shape: its default), a value the record does not allow raises ValueError.
   `native_fp8` asks for the native fp8 decode of every e4m3 / e5m2 code: elements
   (native_fp8) and E4M3 block scales (native_scale); ignored for others. `asm_e2m1` asks
-  for the inline-PTX integer decode of e2m1 elements (ignored for others)."""
+  for the inline-PTX integer decode of e2m1 elements (ignored for others). A format the
+  kernel does not serve (serves_format) raises ValueError."""
   q = get_quantized_format(format)
+  if q.scaling not in KERNEL_SCALINGS:
+    raise ValueError(f"the GEMV kernel does not serve format {q.name!r} (scaling "
+                     f"{q.scaling!r}); gemv_packed runs it with implementation 'xla' or "
+                     "'reference'")
   elem = q.element
   if element_format is not None and get_format(element_format) != elem:
     raise ValueError(f"format {q.name!r} has {elem.name} elements, got {element_format!r}")
