@@ -352,7 +352,7 @@ def block_scales(amax_bits, elem: ElementFormat, mode: str) -> tuple[jax.Array, 
   dequantization factor (exact in "pow2" mode, 2^-127 included)."""
   if mode not in BLOCK_SCALE_MODES:
     raise ValueError(f"scale_mode must be one of {BLOCK_SCALE_MODES}, got {mode!r}")
-  scale = _scale_from_amax_bits(amax_bits, elem, 0, ONE_BITS)
+  scale = _scale_from_amax_bits(amax_bits, elem.max_finite, 0, ONE_BITS)
   if mode == "pow2":
     scale = scale & _POW2_MASK
   return scale, f32_div(ONE_BITS, scale)
