@@ -1,0 +1,71 @@
+"""Launch configurations of the quantize kernel: QuantizeConfig, the table (data), the fitting.
+
+The table's numbers are first guesses for a bf16 16384 x 16384 input on the H100 / H200
+(a tile of a few thousand elements per program, 4 warps: enough loads in flight to stream,
+few enough registers for the integer encoder); they are not measured yet.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fp8lab.formats import get_quantized_format
+
+__all__ = ["QuantizeConfig", "DEFAULT_CONFIGS", "TRANSPOSE_CONFIGS", "quantize_config",
+           "fit_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+  """Tile of x one program reads (block_rows x block_cols, powers of two) and the Triton
+  compiler parameters."""
+  block_rows: int
+  block_cols: int
+  num_warps: int = 4
+  num_stages: int = 1
+
+  def __post_init__(self):
+    for name in ("block_rows", "block_cols", "num_warps", "num_stages"):
+      v = getattr(self, name)
+      if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+        raise ValueError(f"QuantizeConfig.{name} must be a positive int, got {v!r}")
+    for name in ("block_rows", "block_cols", "num_warps"):
+      v = getattr(self, name)
+      if v & (v - 1):
+        raise ValueError(f"QuantizeConfig.{name} must be a power of two, got {v!r}")
+
+
+# format -> tile; rows-only outputs read wide row strips (contiguous stores of words).
+DEFAULT_CONFIGS: dict[str, QuantizeConfig] = {
+    "e4m3": QuantizeConfig(16, 512, 4),
+    "e5m2": QuantizeConfig(16, 512, 4),
+    "mxfp8": QuantizeConfig(16, 512, 4),
+    "mxfp8_e5m2": QuantizeConfig(16, 512, 4),
+    "mxfp4": QuantizeConfig(16, 512, 4),
+    "nvfp4": QuantizeConfig(16, 512, 4),
+}
+# With transpose=True both orientations are written: squarer tiles.
+TRANSPOSE_CONFIGS: dict[str, QuantizeConfig] = {
+    name: QuantizeConfig(64, 128, 4) for name in DEFAULT_CONFIGS
+}
+UNTUNED_CONFIG = QuantizeConfig(32, 256, 4)
+
+
+def quantize_config(fmt: str, transpose: bool = False) -> QuantizeConfig:
+  """The table's configuration for a quantized format name."""
+  name = get_quantized_format(fmt).name
+  table = TRANSPOSE_CONFIGS if transpose else DEFAULT_CONFIGS
+  return table.get(name, UNTUNED_CONFIG)
+
+
+def _next_pow2(n: int) -> int:
+  return 1 << max(0, (n - 1).bit_length())
+
+
+def fit_config(cfg: QuantizeConfig, rows: int, cols: int, min_rows: int,
+               min_cols: int) -> QuantizeConfig:
+  """cfg with tiles no larger than the (power-of-two padded) problem and no smaller than
+  the block grain (min_rows x min_cols, powers of two)."""
+  br = max(min_rows, min(cfg.block_rows, _next_pow2(rows)))
+  bc = max(min_cols, min(cfg.block_cols, _next_pow2(cols)))
+  return dataclasses.replace(cfg, block_rows=br, block_cols=bc)
