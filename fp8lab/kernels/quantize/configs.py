@@ -1,8 +1,10 @@
 """Launch configurations of the quantize kernel: QuantizeConfig, the table (data), the fitting.
 
-The table's numbers are first guesses for a bf16 16384 x 16384 input on the H100 / H200
-(a tile of a few thousand elements per program, 4 warps: enough loads in flight to stream,
-few enough registers for the integer encoder); they are not measured yet.
+The table's numbers are first guesses for a bf16 16384 x 16384 input on the H100 / H200, not
+measured yet: 4096 elements per program and 8 warps, 16 elements per thread, so that the
+integer encoder's temporaries (and nvfp4's integer float32 products) stay in registers while
+each row segment still loads whole 128-byte lines (256 bf16 columns: 512 bytes) and stores
+whole lines of words (256 codes of 4 bits: 128 bytes).
 """
 
 from __future__ import annotations
@@ -37,18 +39,15 @@ class QuantizeConfig:
 
 # format -> tile; rows-only outputs read wide row strips (contiguous stores of words).
 DEFAULT_CONFIGS: dict[str, QuantizeConfig] = {
-    "e4m3": QuantizeConfig(16, 512, 4),
-    "e5m2": QuantizeConfig(16, 512, 4),
-    "mxfp8": QuantizeConfig(16, 512, 4),
-    "mxfp8_e5m2": QuantizeConfig(16, 512, 4),
-    "mxfp4": QuantizeConfig(16, 512, 4),
-    "nvfp4": QuantizeConfig(16, 512, 4),
+    name: QuantizeConfig(16, 256, 8)
+    for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4")
 }
-# With transpose=True both orientations are written: squarer tiles.
+# With transpose=True both orientations are written: squarer tiles (32 rows: whole MX
+# blocks along x's first axis).
 TRANSPOSE_CONFIGS: dict[str, QuantizeConfig] = {
-    name: QuantizeConfig(64, 128, 4) for name in DEFAULT_CONFIGS
+    name: QuantizeConfig(32, 128, 8) for name in DEFAULT_CONFIGS
 }
-UNTUNED_CONFIG = QuantizeConfig(32, 256, 4)
+UNTUNED_CONFIG = QuantizeConfig(16, 256, 8)
 
 
 def quantize_config(fmt: str, transpose: bool = False) -> QuantizeConfig:
