@@ -294,7 +294,8 @@ def test_stochastic_rounding(fmt, block_shape, sr_bits):
     ("mxfp8_e5m2", (64, 96), jnp.bfloat16)], (0, 3)))
 def test_odd_shapes_default_tiles(fmt, shape, dtype):
   x = _specials((max(shape[0], 10), max(shape[1], 71)), seed=3)[:shape[0], :shape[1]]
-  x = x.astype(dtype) if dtype is not np.float32 else x
+  with np.errstate(over="ignore"):
+    x = x.astype(dtype) if dtype is not np.float32 else x
   scale = jnp.float32(1.5) if fmt in PER_TENSOR else None
   _check(x, fmt, scale=scale, transpose=True, config=None)
 
@@ -321,3 +322,22 @@ def test_default_tiles_large(fmt, block_shape):
   _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True, config=None)
   _check(x, fmt, block_shape=block_shape, scale=scale, config=None,
          sr=(jax.random.key(11), 8))
+
+
+@pytest.mark.parametrize("fmt,block_shape", _pick(
+    [("nvfp4", (16,)), ("nvfp4", (16, 16))] + [(f, None) for f in PER_TENSOR], (0,)))
+def test_float_products(fmt, block_shape):
+  """QuantizeConfig.float_products: the float32 multiply instruction for the products. On
+  the CPU (XLA flushes float32 subnormals) only inputs whose operands and products stay
+  normal (NaN and Inf included); compiled on the GPU, the specials with subnormals too."""
+  rng = np.random.default_rng(6)
+  x = (rng.standard_normal(SHAPE) * 2.0 ** rng.integers(-20, 20, SHAPE)).astype(np.float32)
+  x[0, 3], x[1, 40], x[2, 70] = np.nan, -np.nan, -np.inf
+  x[7] = np.resize(_ties(QUANTIZED[fmt].element), SHAPE[1])
+  if ON_GPU:
+    x = _specials(SHAPE, fmt=fmt)
+  cfg = QuantizeConfig(16, 32, float_products=True)
+  scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
+  _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True, config=cfg)
+  _check(x, fmt, block_shape=block_shape, scale=scale, config=cfg,
+         sr=(jax.random.key(5), 8))

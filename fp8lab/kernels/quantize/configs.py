@@ -19,12 +19,18 @@ __all__ = ["QuantizeConfig", "DEFAULT_CONFIGS", "TRANSPOSE_CONFIGS", "quantize_c
 
 @dataclasses.dataclass(frozen=True)
 class QuantizeConfig:
-  """Tile of x one program reads (block_rows x block_cols, powers of two) and the Triton
-  compiler parameters."""
+  """Tile of x one program reads (block_rows x block_cols, powers of two), the Triton
+  compiler parameters, and how the float32 products of nvfp4 and the per-tensor formats
+  (fl(x * enc_b), fl(x * scale)) are computed: False (default) with integer ops
+  (f32.mul_bits, exact everywhere); True with the float32 multiply instruction, exact IEEE
+  only where it keeps subnormal operands and results (the GPU's mul.f32 without ftz; NOT
+  XLA:CPU, which flushes them, so interpret mode with True is exact only away from
+  subnormals). True is the faster candidate for the GPU, to be measured."""
   block_rows: int
   block_cols: int
   num_warps: int = 4
   num_stages: int = 1
+  float_products: bool = False
 
   def __post_init__(self):
     for name in ("block_rows", "block_cols", "num_warps", "num_stages"):
@@ -35,6 +41,9 @@ class QuantizeConfig:
       v = getattr(self, name)
       if v & (v - 1):
         raise ValueError(f"QuantizeConfig.{name} must be a power of two, got {v!r}")
+    if not isinstance(self.float_products, bool):
+      raise ValueError(f"QuantizeConfig.float_products must be a bool, got "
+                       f"{self.float_products!r}")
 
 
 # format -> tile; rows-only outputs read wide row strips (contiguous stores of words).

@@ -78,6 +78,7 @@ class _Spec(NamedTuple):
   transpose: bool
   stochastic: bool
   sr_bits: int
+  float_products: bool      # QuantizeConfig.float_products
 
 
 def _elem(spec: _Spec) -> ElementFormat:
@@ -91,12 +92,21 @@ def _random_bits(scal_ref, idx):
   return bits
 
 
+def _product(bits, factor_bits, spec: _Spec):
+  """Bits of fl(x * factor) (QuantizeConfig.float_products: the float multiply, else
+  integer ops). A NaN product may be any NaN: the encoders read only that it is one."""
+  if spec.float_products:
+    return enc.u32(lax.bitcast_convert_type(bits, jnp.float32)
+                   * lax.bitcast_convert_type(factor_bits, jnp.float32))
+  return f32.mul_bits(bits, factor_bits)
+
+
 def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
   """(codes, scale codes) of a tile blocked along `axis` (codes uint32, scales uint32 or
   None). For 16 x 16 tiles `axis` only matters to the caller (the same codes)."""
   elem = _elem(spec)
   if spec.kind == "tensor":
-    p = f32.mul_bits(bits, jnp.full(bits.shape, scal_ref[0], jnp.uint32))
+    p = _product(bits, jnp.full(bits.shape, scal_ref[0], jnp.uint32), spec)
     # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
     return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), None
   if len(spec.block) == 2:
@@ -120,7 +130,7 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     sc = enc.encode_bits(f32.mul_bits(bm, sf), E4M3)
     sc = jnp.where(nonfinite, _U(E4M3.nan_code), sc)
     enc_b = plgpu.load(tab_ref.at[enc.i32(sc)])            # enc_b of each scale code
-    codes = enc.encode_bits(f32.mul_bits(bits, grow(enc_b)), elem, rbits, spec.sr_bits)
+    codes = enc.encode_bits(_product(bits, grow(enc_b), spec), elem, rbits, spec.sr_bits)
   codes = jnp.where(grow(nonfinite), _U(0), codes)
   return codes, sc
 
@@ -285,7 +295,7 @@ def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose
   n_cb = pl.cdiv(cols, tc)
   n_prog = pl.cdiv(rows, tr) * n_cb
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
-               stochastic, sr_bits)
+               stochastic, sr_bits, cfg.float_products)
 
   k0, k1 = (key[0], key[1]) if stochastic else (jnp.uint32(0), jnp.uint32(0))
   first = jnp.uint32(0)
