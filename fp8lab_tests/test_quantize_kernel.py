@@ -339,5 +339,3 @@ def test_float_products(fmt, block_shape):
   cfg = QuantizeConfig(16, 32, float_products=True)
   scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
   _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True, config=cfg)
-  _check(x, fmt, block_shape=block_shape, scale=scale, config=cfg,
-         sr=(jax.random.key(5), 8))
