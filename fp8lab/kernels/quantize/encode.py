@@ -26,15 +26,12 @@ from jax import lax
 import numpy as np
 
 from fp8lab.formats import E8M0, ElementFormat
+from fp8lab.kernels.quantize.f32 import FLT_MAX_BITS as FLT_MAX
+from fp8lab.kernels.quantize.f32 import INF_BITS as INF
+from fp8lab.kernels.quantize.f32 import MAG_BITS as MAG
 from fp8lab.kernels.quantize.f32 import mul_bits
 
 _U = np.uint32
-_I = np.int32
-SIGN = _U(0x80000000)
-MAG = _U(0x7FFFFFFF)
-INF = _U(0x7F800000)
-QNAN = _U(0x7FC00000)
-FLT_MAX = _U(0x7F7FFFFF)
 # e of a zero in unpack_normalized: below every format's emin, so te = emin and code 0.
 ZERO_E = -200
 

@@ -123,6 +123,8 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     inv = int((np.float32(1) / np.float32(elem.max_finite)).view(np.uint32))
     s = enc.mx_exponent(bm, elem, spec.scale_mode, inv)
     sc = enc.mx_scale_code(bm, s)
+    # x * 2^-s as an exponent shift: exact where the golden model's ldexp is; where ldexp
+    # rounds (a float32-subnormal result, < 2^-126) every element format encodes +-0 anyway
     sign, e, sig = enc.unpack_normalized(bits)
     codes = enc.encode_parts(sign, e - grow(s), sig, elem, rbits, spec.sr_bits)
   else:                                                     # nvfp4, docs/numerics.md 5
