@@ -152,6 +152,12 @@ def _store_rows_t(ref, vals, vrows, vcols, n_vrows: int, n_vcols: int, dtype):
   plgpu.store(ref.at[offs], vals.astype(dtype), mask=ok)
 
 
+def _finite_max(mag):
+  """(1,) largest finite magnitude bits of a tile (0 if none), reduced one axis at a time
+  (the Triton lowering's multi-axis reduction fails under an explicit abstract mesh)."""
+  return jnp.max(jnp.max(jnp.where(mag < enc.INF, mag, _U(0)), axis=1), axis=0)[None]
+
+
 def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   """One tile; see the module docstring. refs: x, scalars (uint32 (4,): [0] the scale or
   nvfp4's fl(S_enc / 6), [1], [2] the threefry key words), enc_b table (nvfp4), then the
@@ -178,7 +184,7 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   x = plgpu.load(x_ref.at[offs], mask=ok, other=0)
   bits = enc.to_f32_bits(x)
   mag = bits & enc.MAG
-  amax_ref[pl.ds(pid, 1)] = jnp.max(jnp.where(mag < enc.INF, mag, _U(0)))[None]
+  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
 
   rbits = None
   if spec.stochastic:                      # element (r, c) of x draws index r * C + c
@@ -234,7 +240,7 @@ def _amax_kernel(x_ref, amax_ref, *, rows: int, cols: int, tr: int, tc: int, n_c
   ok = (r < rows)[:, None] & (c < cols)[None, :]
   offs = jnp.minimum(r, rows - 1)[:, None] * cols + jnp.minimum(c, cols - 1)[None, :]
   mag = enc.to_f32_bits(plgpu.load(x_ref.at[offs], mask=ok, other=0)) & enc.MAG
-  amax_ref[pl.ds(pid, 1)] = jnp.max(jnp.where(mag < enc.INF, mag, _U(0)))[None]
+  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
 
 
 def _grain(qf: QuantizedFormat, block: tuple[int, ...], transpose: bool) -> tuple[int, int]:
