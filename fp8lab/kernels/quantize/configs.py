@@ -1,0 +1,79 @@
+"""Launch configurations of the quantize kernel: QuantizeConfig, the table (data), the fitting.
+
+The table's numbers are first guesses for a bf16 16384 x 16384 input on the H100 / H200, not
+measured yet: 4096 elements per program and 8 warps, 16 elements per thread, so that the
+integer encoder's temporaries (and nvfp4's integer float32 products) stay in registers while
+each row segment still loads whole 128-byte lines (256 bf16 columns: 512 bytes) and stores
+whole lines of words (256 codes of 4 bits: 128 bytes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from fp8lab.formats import get_quantized_format
+
+__all__ = ["QuantizeConfig", "DEFAULT_CONFIGS", "TRANSPOSE_CONFIGS", "quantize_config",
+           "fit_config"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizeConfig:
+  """Tile of x one program reads (block_rows x block_cols, powers of two), the Triton
+  compiler parameters, and how the float32 products of nvfp4 and the per-tensor formats
+  (fl(x * enc_b), fl(x * scale)) are computed: False (default) with integer ops
+  (f32.mul_bits, exact everywhere); True with the float32 multiply instruction, exact IEEE
+  only where it keeps subnormal operands and results (the GPU's mul.f32 without ftz; NOT
+  XLA:CPU, which flushes them, so interpret mode with True is exact only away from
+  subnormals). True is the faster candidate for the GPU, to be measured."""
+  block_rows: int
+  block_cols: int
+  num_warps: int = 4
+  num_stages: int = 1
+  float_products: bool = False
+
+  def __post_init__(self):
+    for name in ("block_rows", "block_cols", "num_warps", "num_stages"):
+      v = getattr(self, name)
+      if not (isinstance(v, int) and not isinstance(v, bool) and v > 0):
+        raise ValueError(f"QuantizeConfig.{name} must be a positive int, got {v!r}")
+    for name in ("block_rows", "block_cols", "num_warps"):
+      v = getattr(self, name)
+      if v & (v - 1):
+        raise ValueError(f"QuantizeConfig.{name} must be a power of two, got {v!r}")
+    if not isinstance(self.float_products, bool):
+      raise ValueError(f"QuantizeConfig.float_products must be a bool, got "
+                       f"{self.float_products!r}")
+
+
+# format -> tile; rows-only outputs read wide row strips (contiguous stores of words).
+DEFAULT_CONFIGS: dict[str, QuantizeConfig] = {
+    name: QuantizeConfig(16, 256, 8)
+    for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4")
+}
+# With transpose=True both orientations are written: squarer tiles (32 rows: whole MX
+# blocks along x's first axis).
+TRANSPOSE_CONFIGS: dict[str, QuantizeConfig] = {
+    name: QuantizeConfig(32, 128, 8) for name in DEFAULT_CONFIGS
+}
+UNTUNED_CONFIG = QuantizeConfig(16, 256, 8)
+
+
+def quantize_config(fmt: str, transpose: bool = False) -> QuantizeConfig:
+  """The table's configuration for a quantized format name."""
+  name = get_quantized_format(fmt).name
+  table = TRANSPOSE_CONFIGS if transpose else DEFAULT_CONFIGS
+  return table.get(name, UNTUNED_CONFIG)
+
+
+def _next_pow2(n: int) -> int:
+  return 1 << max(0, (n - 1).bit_length())
+
+
+def fit_config(cfg: QuantizeConfig, rows: int, cols: int, min_rows: int,
+               min_cols: int) -> QuantizeConfig:
+  """cfg with tiles no larger than the (power-of-two padded) problem and no smaller than
+  the block grain (min_rows x min_cols, powers of two)."""
+  br = max(min_rows, min(cfg.block_rows, _next_pow2(rows)))
+  bc = max(min_cols, min(cfg.block_cols, _next_pow2(cols)))
+  return dataclasses.replace(cfg, block_rows=br, block_cols=bc)

@@ -1,0 +1,201 @@
+"""In-kernel integer arithmetic of the quantize kernel: float32 bits -> element codes, the MX
+shared exponents, block reductions and packing (exact float32 products: f32.mul_bits).
+
+Everything here is uint32 / int32 shifts, masks, compares, adds and integer multiplies (plus
+count-leading-zeros), so it runs the same inside a Pallas kernel compiled by Triton and in
+interpret mode on the CPU: no float division (approximate on the GPU), no fp8 casts (they
+saturate), no float multiply (XLA:CPU flushes float32 subnormals). It is NOT the golden model
+(fp8lab/numerics/codec.py, scales.py); the tests compare the kernel with it bit for bit.
+
+Values are carried as (sign, e, sig): |v| = sig * 2^(e - 23) with sig a 24-bit significand.
+`encode_parts` rounds that to a code of an element format with m mantissa bits, bias b,
+emin = 1 - b (docs/numerics.md section 2):
+
+    te = max(e, emin);  shift = (23 - m) + (te - e);  q = round(sig / 2^shift)
+    code = ((te + b - 1) << m) + q,   code > max_code saturates to max_code
+
+which is exact for a normalized sig (leading one at bit 23), and for float32's own unpacking
+of a subnormal (sig = fraction, e = -126), where te = emin > e.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from fp8lab.formats import E8M0, ElementFormat
+from fp8lab.kernels.quantize.f32 import FLT_MAX_BITS as FLT_MAX
+from fp8lab.kernels.quantize.f32 import INF_BITS as INF
+from fp8lab.kernels.quantize.f32 import MAG_BITS as MAG
+from fp8lab.kernels.quantize.f32 import mul_bits
+
+_U = np.uint32
+# e of a zero in unpack_normalized: below every format's emin, so te = emin and code 0.
+ZERO_E = -200
+
+
+def u32(x) -> jax.Array:
+  return lax.bitcast_convert_type(x, jnp.uint32)
+
+
+def i32(x) -> jax.Array:
+  return lax.bitcast_convert_type(x, jnp.int32)
+
+
+def to_f32_bits(x) -> jax.Array:
+  """float32 bit patterns of a float32 / bfloat16 / float16 tile, widened with integer ops
+  (exact; a float16 NaN stays a NaN: quantize never reads a NaN's sign or payload)."""
+  if x.dtype == jnp.float32:
+    return u32(x)
+  h = lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
+  if x.dtype == jnp.bfloat16:
+    return h << _U(16)
+  sign = (h & _U(0x8000)) << _U(16)
+  exp = (h >> _U(10)) & _U(0x1F)
+  man = h & _U(0x3FF)
+  normal = ((exp + _U(112)) << _U(23)) | (man << _U(13))
+  special = INF | (man << _U(13))
+  # A float16 subnormal man * 2^-24: move its leading one to bit 10 (clz counts from bit 31).
+  lead = i32(lax.clz(i32(man))) - 21                       # 1..10 for man != 0
+  lead_u = jnp.clip(lead, 0, 31).astype(jnp.uint32)
+  sub = ((_U(113) - lead_u) << _U(23)) | (((man << lead_u) & _U(0x3FF)) << _U(13))
+  mag = jnp.where(exp == 0, jnp.where(man == 0, _U(0), sub),
+                  jnp.where(exp == _U(31), special, normal))
+  return sign | mag
+
+
+def unpack(bits):
+  """(sign, e, sig) of float32 bits as float32 stores them: subnormals not normalized
+  (e = -126, sig = fraction), zero sig = 0; +-Inf and NaN have e = 128."""
+  sign = bits >> _U(31)
+  biased = i32((bits >> _U(23)) & _U(0xFF))
+  frac = bits & _U(0x7FFFFF)
+  sub = biased == 0
+  sig = jnp.where(sub, frac, frac | _U(0x800000))
+  e = jnp.where(sub, -126, biased - 127)
+  return sign, e, sig
+
+
+def unpack_normalized(bits):
+  """(sign, e, sig) with the leading one of every nonzero sig at bit 23 (subnormals shifted
+  up, e below -126); a zero has sig = 0 and e = ZERO_E."""
+  sign = bits >> _U(31)
+  biased = i32((bits >> _U(23)) & _U(0xFF))
+  frac = bits & _U(0x7FFFFF)
+  lead = i32(lax.clz(i32(frac))) - 8                       # 24 for frac == 0
+  sub = biased == 0
+  sig = jnp.where(sub, frac << jnp.clip(lead, 0, 31).astype(jnp.uint32), frac | _U(0x800000))
+  e = jnp.where(sub, jnp.where(frac == 0, ZERO_E, -126 - lead), biased - 127)
+  return sign, e, sig
+
+
+def encode_parts(sign, e, sig, elem: ElementFormat, rbits=None, sr_bits: int = 8):
+  """Saturating code (uint32, sign included) of sign * sig * 2^(e - 23); see the module
+  docstring. rbits: uint32 random words for stochastic rounding (docs/numerics.md section
+  6: round up iff floor(f * 2^n) + r >= 2^n, r the top n = sr_bits bits), else RNE.
+  +-Inf (e = 128) saturates; NaN is the caller's."""
+  m = elem.mantissa_bits
+  te = jnp.maximum(e, elem.emin)
+  shift = (23 - m) + (te - e)                              # >= 20
+  shift_c = jnp.minimum(shift, 31).astype(jnp.uint32)
+  q = sig >> shift_c
+  dropped = sig & ((_U(1) << shift_c) - _U(1))
+  if rbits is None:
+    half = _U(1) << (shift_c - _U(1))
+    up = (dropped > half) | ((dropped == half) & ((q & _U(1)) == _U(1)))
+  else:
+    n = sr_bits
+    # floor(f * 2^n) with f = dropped / 2^shift (the unclamped shift, as the golden model)
+    down = jnp.clip(shift - n, 0, 31).astype(jnp.uint32)
+    left = jnp.clip(n - shift, 0, 31).astype(jnp.uint32)
+    up = ((dropped >> down) << left) + (rbits >> _U(32 - n)) >= _U(1 << n)
+  q = q + up.astype(jnp.uint32)
+  code = ((te + (elem.bias - 1)).astype(jnp.uint32) << _U(m)) + q
+  code = jnp.minimum(code, _U(elem.max_code))              # satfinite
+  return code | (sign << _U(elem.bits - 1))
+
+
+def encode_bits(bits, elem: ElementFormat, rbits=None, sr_bits: int = 8,
+                nan_code: int | None = None):
+  """Saturating code of float32 bits; a NaN gives `nan_code` (None: no NaN can occur)."""
+  sign, e, sig = unpack(bits)
+  code = encode_parts(sign, e, sig, elem, rbits, sr_bits)
+  if nan_code is not None:
+    code = jnp.where((bits & MAG) > INF, _U(nan_code), code)
+  return code
+
+
+# ----------------------------------------------------------------------------------------
+# MX shared exponents (docs/numerics.md section 4).
+
+def mx_exponent(block_max, elem: ElementFormat, mode: str, inv_max_bits: int):
+  """Shared exponent s (int32, clamped to [-127, 127]) of blocks whose largest magnitude
+  bits are block_max (NaN / Inf blocks get some s; their codes are forced elsewhere).
+  inv_max_bits: float32 bits of fl(1 / elem.max_finite) (rceil)."""
+  a = jnp.minimum(block_max, FLT_MAX)
+  if mode == "rceil":
+    r = mul_bits(a, jnp.full(a.shape, inv_max_bits, jnp.uint32))
+    biased = i32(r >> _U(23))
+    mant = r & _U(0x7FFFFF)
+    # the smallest power of two >= r; for a subnormal r: 2^-127 up to it, 2^-126 above
+    s = jnp.where(biased == 0, jnp.where(mant > _U(0x400000), -126, -127),
+                  biased - 127 + (mant != 0).astype(jnp.int32))
+  else:
+    if mode == "even":
+      a = (a + _U(1 << (22 - elem.mantissa_bits))) & _U(0xFF800000)
+    s = i32(a >> _U(23)) - 127 - elem.emax
+    if mode == "ceil":
+      s = s + ((a & _U(0x7FFFFF)) != 0).astype(jnp.int32)
+  return jnp.clip(s, -127, 127)
+
+
+def mx_scale_code(block_max, s):
+  """E8M0 code (uint32) of a block: 0xFF for NaN / Inf, 0 for a zero block, else s + 127."""
+  code = (s + E8M0.bias).astype(jnp.uint32)
+  code = jnp.where(block_max == 0, _U(0), code)
+  return jnp.where(block_max >= INF, _U(E8M0.nan_code), code)
+
+
+# ----------------------------------------------------------------------------------------
+# Tiles: block reductions, broadcasts back to elements, packing (docs/numerics.md section 3).
+
+def block_max(mag, axis: int, b: int):
+  """Max over blocks of b consecutive elements along `axis` (0 or 1) of a 2D tile."""
+  r, c = mag.shape
+  if axis == 1:
+    return jnp.max(mag.reshape(r, c // b, b), axis=2)
+  return jnp.max(mag.reshape(r // b, b, c), axis=1)
+
+
+def tile_max(mag, br: int, bc: int):
+  """Max over (br, bc) tiles of a 2D tile."""
+  r, c = mag.shape
+  m = jnp.max(mag.reshape(r, c // bc, bc), axis=2)         # (r, c / bc)
+  return jnp.max(m.reshape(r // br, br, c // bc), axis=1)
+
+
+def expand(v, axis: int, b: int):
+  """Each per-block value of `v` repeated over its block's b elements along `axis`."""
+  r, c = v.shape
+  if axis == 1:
+    return jnp.broadcast_to(v[:, :, None], (r, c, b)).reshape(r, c * b)
+  return jnp.broadcast_to(v[:, None, :], (r, b, c)).reshape(r * b, c)
+
+
+def expand_tiles(v, br: int, bc: int):
+  return expand(expand(v, 0, br), 1, bc)
+
+
+def pack(codes, axis: int, elem: ElementFormat):
+  """uint32 words of the codes along `axis`: code i of a group of 32 / bits is bits
+  [bits * i, bits * (i + 1)) of its word (little-endian)."""
+  pw = elem.per_word
+  r, c = codes.shape
+  shifts = lax.iota(jnp.uint32, pw) * _U(elem.bits)
+  if axis == 1:
+    g = codes.reshape(r, c // pw, pw) << shifts[None, None, :]
+    return jnp.sum(g, axis=2)
+  g = codes.reshape(r // pw, pw, c) << shifts[None, :, None]
+  return jnp.sum(g, axis=1)

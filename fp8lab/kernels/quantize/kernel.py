@@ -1,0 +1,404 @@
+"""The fused quantize kernel (Pallas, Triton lowering): x -> packed codes, scale codes, amax.
+
+Layout. x (R, C) is read once, flat, in tiles of block_rows x block_cols (QuantizeConfig,
+powers of two): program p of a 1D grid takes row block p // n_col_blocks and column block
+p % n_col_blocks, so consecutive programs read consecutive column strips of the same rows.
+Loads past R or C are masked (they read 0: zeros change no block amax, as the golden model's
+zero padding) and their codes are forced to 0 (the golden model pads codes with zeros).
+Each program then, in registers:
+  1. widens the tile to float32 bit patterns (integer ops, encode.to_f32_bits) and takes
+     the magnitudes;
+  2. reduces them per block (32 along the row for MX, 16 for nvfp4, 16 x 16 tiles) to the
+     block maxima, which give the scale codes and (>= Inf) the NaN / Inf blocks;
+  3. encodes every element (encode.py: integer ops only) from the scaled value the golden
+     model rounds (MX: x * 2^-s as an exponent shift; nvfp4: fl(x * enc_b); e4m3 / e5m2:
+     fl(x * scale), exact float32 products on integers), rounding to nearest even or
+     stochastically with threefry2x32 bits drawn from each element's flat index;
+  4. packs the codes along the row into uint32 words and stores them, with the scale codes
+     (uint8), and writes its largest finite magnitude to one slot of a per-program amax
+     output, which the wrapper reduces with a max (order-free, so deterministic).
+With transpose=True the same tile is also blocked along its columns (x's first axis) and
+packed along them, and stored into quantize(x.T)'s arrays: both orientations come from one
+read of x. Masked-off stores point one past the end of their output (interpret mode writes
+every offset it is given, so none may alias a stored one).
+
+Scalars that depend on the whole tensor (nvfp4's S_enc, S_dec and the per-code encode
+factors enc_b, 1 / scale of per-tensor formats) are computed before the launch, on a few
+values, with exact integer float32 arithmetic (f32.mul_bits, f32.div_bits, scalars.py). nvfp4
+without a given amax takes a first, small Pallas pass (_amax_kernel) for it.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+import numpy as np
+
+from fp8lab.formats import E2M1, E4M3, ElementFormat, QuantizedFormat, get_quantized_format
+from fp8lab.kernels.quantize import encode as enc
+from fp8lab.kernels.quantize import f32, scalars
+from fp8lab.kernels.quantize.configs import QuantizeConfig, fit_config, quantize_config
+from fp8lab.numerics.random import threefry2x32
+
+__all__ = ["KernelResult", "quantize_2d"]
+
+_U = np.uint32
+
+
+class KernelResult(NamedTuple):
+  """quantize_2d's outputs. data / scales: quantize(x, fmt, axis=-1)'s leaves (scales None
+  without block scales); tensor_scale: float32 scalar (None for MX); amax: float32 scalar,
+  the largest finite |x| (0 if none); data_t / scales_t: quantize(x.T, ...)'s (None
+  without transpose)."""
+  data: Any
+  scales: Any
+  tensor_scale: Any
+  amax: Any
+  data_t: Any
+  scales_t: Any
+
+
+class _Spec(NamedTuple):
+  """Static facts of one launch."""
+  fmt: str
+  kind: str                 # "tensor", "mx", "nvfp4"
+  block: tuple[int, ...]    # () for tensor formats
+  scale_mode: str
+  rows: int
+  cols: int
+  tr: int                   # tile rows / columns
+  tc: int
+  n_cb: int                 # column blocks
+  transpose: bool
+  stochastic: bool
+  sr_bits: int
+  float_products: bool      # QuantizeConfig.float_products
+
+
+def _elem(spec: _Spec) -> ElementFormat:
+  return get_quantized_format(spec.fmt).element
+
+
+def _random_bits(scal_ref, idx):
+  """threefry2x32(k0, k1, idx, 0)[0] (numerics/random.py's counter rule)."""
+  k0, k1 = scal_ref[1], scal_ref[2]
+  bits, _ = threefry2x32(k0, k1, idx, jnp.zeros_like(idx))
+  return bits
+
+
+def _product(bits, factor_bits, spec: _Spec):
+  """Bits of fl(x * factor) (QuantizeConfig.float_products: the float multiply, else
+  integer ops). A NaN product may be any NaN: the encoders read only that it is one."""
+  if spec.float_products:
+    return enc.u32(lax.bitcast_convert_type(bits, jnp.float32)
+                   * lax.bitcast_convert_type(factor_bits, jnp.float32))
+  return f32.mul_bits(bits, factor_bits)
+
+
+def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
+  """(codes, scale codes) of a tile blocked along `axis` (codes uint32, scales uint32 or
+  None). For 16 x 16 tiles `axis` only matters to the caller (the same codes)."""
+  elem = _elem(spec)
+  if spec.kind == "tensor":
+    p = _product(bits, jnp.full(bits.shape, scal_ref[0], jnp.uint32), spec)
+    # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
+    return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), None
+  if len(spec.block) == 2:
+    br, bc = spec.block
+    bm = enc.tile_max(mag, br, bc)
+    grow = functools.partial(enc.expand_tiles, br=br, bc=bc)
+  else:
+    (b,) = spec.block
+    bm = enc.block_max(mag, axis, b)
+    grow = functools.partial(enc.expand, axis=axis, b=b)
+  nonfinite = bm >= enc.INF
+  if spec.kind == "mx":
+    # rceil's fl(1 / elem_max): numpy's float32 division is IEEE, a constant of the launch
+    inv = int((np.float32(1) / np.float32(elem.max_finite)).view(np.uint32))
+    s = enc.mx_exponent(bm, elem, spec.scale_mode, inv)
+    sc = enc.mx_scale_code(bm, s)
+    # x * 2^-s as an exponent shift: exact where the golden model's ldexp is; where ldexp
+    # rounds (a float32-subnormal result, < 2^-126) every element format encodes +-0 anyway
+    sign, e, sig = enc.unpack_normalized(bits)
+    codes = enc.encode_parts(sign, e - grow(s), sig, elem, rbits, spec.sr_bits)
+  else:                                                     # nvfp4, docs/numerics.md 5
+    sf = jnp.full(bm.shape, scal_ref[0], jnp.uint32)       # fl(S_enc * fl(1/6))
+    sc = enc.encode_bits(f32.mul_bits(bm, sf), E4M3)
+    sc = jnp.where(nonfinite, _U(E4M3.nan_code), sc)
+    enc_b = plgpu.load(tab_ref.at[enc.i32(sc)])            # enc_b of each scale code
+    codes = enc.encode_bits(_product(bits, grow(enc_b), spec), elem, rbits, spec.sr_bits)
+  codes = jnp.where(grow(nonfinite), _U(0), codes)
+  return codes, sc
+
+
+def _store(ref, vals, rows, cols, n_rows: int, n_cols: int, dtype):
+  """vals (len(rows), len(cols)) into the row-major (n_rows, n_cols) array behind ref."""
+  ok = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+  offs = jnp.where(ok, rows[:, None] * n_cols + cols[None, :], n_rows * n_cols)
+  plgpu.store(ref.at[offs], vals.astype(dtype), mask=ok)
+
+
+def _store_rows_t(ref, vals, vrows, vcols, n_vrows: int, n_vcols: int, dtype):
+  """vals (len(vrows), len(vcols)), indexed in x's orientation, into the TRANSPOSED
+  (n_vcols, n_vrows) row-major array behind ref: vals[i, j] -> element (vcols[j], vrows[i])."""
+  ok = (vrows < n_vrows)[:, None] & (vcols < n_vcols)[None, :]
+  offs = jnp.where(ok, vcols[None, :] * n_vrows + vrows[:, None], n_vrows * n_vcols)
+  plgpu.store(ref.at[offs], vals.astype(dtype), mask=ok)
+
+
+def _finite_max(mag):
+  """(1,) largest finite magnitude bits of a tile (0 if none), reduced one axis at a time
+  (the Triton lowering's multi-axis reduction fails under an explicit abstract mesh)."""
+  return jnp.max(jnp.max(jnp.where(mag < enc.INF, mag, _U(0)), axis=1), axis=0)[None]
+
+
+def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
+  """One tile; see the module docstring. refs: x, scalars (uint32 (4,): [0] the scale or
+  nvfp4's fl(S_enc / 6), [1], [2] the threefry key words), enc_b table (nvfp4), then the
+  outputs data, scales, amax partials, data_t, scales_t (the present ones, in that order)."""
+  refs = list(refs)
+  x_ref, scal_ref = refs.pop(0), refs.pop(0)
+  tab_ref = refs.pop(0) if spec.kind == "nvfp4" else None
+  data_ref = refs.pop(0)
+  scales_ref = refs.pop(0) if has_scales else None
+  amax_ref = refs.pop(0)
+  data_t_ref = refs.pop(0) if spec.transpose else None
+  scales_t_ref = refs.pop(0) if spec.transpose and has_scales else None
+  assert not refs
+  elem = _elem(spec)
+  pw = elem.per_word
+  R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
+
+  pid = pl.program_id(0)
+  rb, cb = pid // spec.n_cb, pid % spec.n_cb
+  rows = rb * tr + lax.iota(jnp.int32, tr)
+  cols = cb * tc + lax.iota(jnp.int32, tc)
+  ok = (rows < R)[:, None] & (cols < C)[None, :]
+  offs = jnp.minimum(rows, R - 1)[:, None] * C + jnp.minimum(cols, C - 1)[None, :]
+  x = plgpu.load(x_ref.at[offs], mask=ok, other=0)
+  bits = enc.to_f32_bits(x)
+  mag = bits & enc.MAG
+  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
+
+  rbits = None
+  if spec.stochastic:                      # element (r, c) of x draws index r * C + c
+    rbits = _random_bits(scal_ref, enc.u32(rows[:, None] * C + cols[None, :]))
+  codes, sc = _encode_tile(bits, mag, 1, spec, scal_ref, tab_ref, rbits)
+  codes = jnp.where(ok, codes, _U(0))
+  wcols = cb * (tc // pw) + lax.iota(jnp.int32, tc // pw)
+  _store(data_ref, enc.pack(codes, 1, elem), rows, wcols, R, -(-C // pw), jnp.uint32)
+  tiles2d = len(spec.block) == 2
+  if has_scales:
+    if tiles2d:
+      br, bc = spec.block
+      srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
+      scols = cb * (tc // bc) + lax.iota(jnp.int32, tc // bc)
+      _store(scales_ref, sc, srows, scols, -(-R // br), -(-C // bc), jnp.uint8)
+    else:
+      (b,) = spec.block
+      scols = cb * (tc // b) + lax.iota(jnp.int32, tc // b)
+      _store(scales_ref, sc, rows, scols, R, -(-C // b), jnp.uint8)
+  if not spec.transpose:
+    return
+  # quantize(x.T): blocks along x's first axis, words packed along it, stored at [c, r / pw]
+  if spec.stochastic:                      # x.T's own flat order: element (r, c) is c * R + r
+    rbits = _random_bits(scal_ref, enc.u32(cols[None, :] * R + rows[:, None]))
+  if tiles2d and not spec.stochastic:
+    codes_t, sc_t = codes, sc
+  elif spec.kind == "tensor" and not spec.stochastic:
+    codes_t, sc_t = codes, None
+  else:
+    codes_t, sc_t = _encode_tile(bits, mag, 0, spec, scal_ref, tab_ref, rbits)
+    codes_t = jnp.where(ok, codes_t, _U(0))
+  wrows = rb * (tr // pw) + lax.iota(jnp.int32, tr // pw)
+  _store_rows_t(data_t_ref, enc.pack(codes_t, 0, elem), wrows, cols, -(-R // pw), C,
+                jnp.uint32)
+  if has_scales:
+    if tiles2d:
+      br, bc = spec.block
+      # x.T's tile (j, i) is x's tile (i, j) transposed: the same codes
+      _store_rows_t(scales_t_ref, sc_t, srows, scols, -(-R // br), -(-C // bc), jnp.uint8)
+    else:
+      (b,) = spec.block
+      brows = rb * (tr // b) + lax.iota(jnp.int32, tr // b)
+      _store_rows_t(scales_t_ref, sc_t, brows, cols, -(-R // b), C, jnp.uint8)
+
+
+
+def _amax_kernel(x_ref, amax_ref, *, rows: int, cols: int, tr: int, tc: int, n_cb: int):
+  """nvfp4's first pass: the largest finite magnitude bits of one tile (as in the main
+  kernel) into slot program_id of amax_ref."""
+  pid = pl.program_id(0)
+  r = (pid // n_cb) * tr + lax.iota(jnp.int32, tr)
+  c = (pid % n_cb) * tc + lax.iota(jnp.int32, tc)
+  ok = (r < rows)[:, None] & (c < cols)[None, :]
+  offs = jnp.minimum(r, rows - 1)[:, None] * cols + jnp.minimum(c, cols - 1)[None, :]
+  mag = enc.to_f32_bits(plgpu.load(x_ref.at[offs], mask=ok, other=0)) & enc.MAG
+  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
+
+
+def _grain(qf: QuantizedFormat, block: tuple[int, ...], transpose: bool) -> tuple[int, int]:
+  """The smallest tile (rows, cols): whole blocks and whole words in each blocked and
+  packed direction."""
+  pw = qf.per_word
+  along = block[-1] if block else pw
+  min_cols = max(pw, along, 16)
+  min_rows = 1
+  if len(block) == 2:
+    min_rows = block[0]
+  if transpose:
+    min_rows = max(min_rows, pw, block[0] if block else pw, 16)
+  return min_rows, min_cols
+
+
+def _tiles(qf, block, transpose, rows, cols, config):
+  cfg = config if config is not None else quantize_config(qf.name, transpose)
+  return fit_config(cfg, rows, cols, *_grain(qf, block, transpose))
+
+
+def _first_pass_amax(x, cfg: QuantizeConfig, interpret: bool):
+  """Bits of the largest finite |x| (uint32 scalar) from _amax_kernel's partials."""
+  rows, cols = x.shape
+  tr, tc = cfg.block_rows, cfg.block_cols
+  n_cb = pl.cdiv(cols, tc)
+  n_prog = pl.cdiv(rows, tr) * n_cb
+  partials = pl.pallas_call(
+      functools.partial(_amax_kernel, rows=rows, cols=cols, tr=tr, tc=tc, n_cb=n_cb),
+      out_shape=jax.ShapeDtypeStruct((n_prog,), jnp.uint32), grid=(n_prog,),
+      compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
+                                           num_stages=cfg.num_stages),
+      interpret=interpret, name="fp8lab_quantize_amax")(x.reshape(-1))
+  return jnp.max(partials)
+
+
+def _nvfp4_scalars(amax_bits):
+  """(fl(S_enc * fl(1/6)), S_dec, enc_b of every E4M3 code 0..127) as float32 bits from the
+  tensor amax bits (docs/numerics.md section 5, steps 2, 3, 5; code 127 is the NaN scale,
+  whose blocks' codes are forced to 0)."""
+  s_enc, s_dec = scalars.nvfp4_tensor_scales_bits(amax_bits)
+  inv6 = jnp.uint32((np.float32(1) / np.float32(E2M1.max_finite)).view(np.uint32))
+  table = scalars.nvfp4_block_encode_factor_bits(jnp.arange(128, dtype=jnp.uint32),
+                                                 jnp.broadcast_to(s_dec, (128,)))
+  return f32.mul_bits(s_enc, inv6), s_dec, table
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "scale_mode", "block_shape", "transpose",
+                                             "sr_bits", "interpret", "config", "stochastic"))
+def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose, sr_bits,
+                 interpret, config, stochastic):
+  qf = get_quantized_format(fmt)
+  kind, elem = qf.scaling, qf.element
+  block = tuple(block_shape) if kind != "tensor" else ()
+  rows, cols = x.shape
+  if rows * cols >= 2**31:
+    raise ValueError(f"x has {rows * cols} elements; the kernel uses int32 offsets (< 2^31)")
+  cfg = _tiles(qf, block, transpose, rows, cols, config)
+  tr, tc = cfg.block_rows, cfg.block_cols
+  n_cb = pl.cdiv(cols, tc)
+  n_prog = pl.cdiv(rows, tr) * n_cb
+  spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
+               stochastic, sr_bits, cfg.float_products)
+
+  k0, k1 = (key[0], key[1]) if stochastic else (jnp.uint32(0), jnp.uint32(0))
+  first = jnp.uint32(0)
+  table = tensor_scale = amax_bits = None
+  if kind == "tensor":
+    first = lax.bitcast_convert_type(scale.reshape(()), jnp.uint32)
+    tensor_scale = f32.reciprocal_bits(first)
+  elif kind == "nvfp4":
+    if amax is None:
+      amax_bits = _first_pass_amax(x, cfg, interpret)
+      given = amax_bits
+    else:
+      given = lax.bitcast_convert_type(amax.reshape(()), jnp.uint32) & enc.MAG
+    first, tensor_scale, table = _nvfp4_scalars(given)
+  scalars = jnp.stack([first, k0, k1, jnp.uint32(0)]).astype(jnp.uint32)
+
+  pw = elem.per_word
+  has_scales = kind != "tensor"
+  n_scale = None
+  if has_scales:
+    n_scale = ((-(-rows // block[0]), -(-cols // block[1])) if len(block) == 2
+               else (rows, -(-cols // block[0])))
+  outs = [jax.ShapeDtypeStruct((rows * -(-cols // pw),), jnp.uint32)]
+  if has_scales:
+    outs.append(jax.ShapeDtypeStruct((n_scale[0] * n_scale[1],), jnp.uint8))
+  outs.append(jax.ShapeDtypeStruct((n_prog,), jnp.uint32))
+  n_scale_t = None
+  if transpose:
+    outs.append(jax.ShapeDtypeStruct((cols * -(-rows // pw),), jnp.uint32))
+    if has_scales:
+      n_scale_t = ((n_scale[1], n_scale[0]) if len(block) == 2
+                   else (cols, -(-rows // block[0])))
+      outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), jnp.uint8))
+  operands = [x.reshape(-1), scalars] + ([table] if kind == "nvfp4" else [])
+  res = list(pl.pallas_call(
+      functools.partial(_quantize_kernel, spec=spec, has_scales=has_scales),
+      out_shape=tuple(outs), grid=(n_prog,),
+      compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
+                                           num_stages=cfg.num_stages),
+      interpret=interpret, name=f"fp8lab_quantize_{qf.name}")(*operands))
+  data = res.pop(0).reshape(rows, -(-cols // pw))
+  scales = res.pop(0).reshape(n_scale) if has_scales else None
+  partial_amax = jnp.max(res.pop(0))
+  data_t = scales_t = None
+  if transpose:
+    data_t = res.pop(0).reshape(cols, -(-rows // pw))
+    scales_t = res.pop(0).reshape(n_scale_t) if has_scales else None
+  as_float = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float32)
+  return KernelResult(data, scales, None if tensor_scale is None else as_float(tensor_scale),
+                      as_float(partial_amax), data_t, scales_t)
+
+
+def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
+                block_shape: tuple[int, ...] | None = None, scale=None, amax=None,
+                transpose: bool = False, key_words=None, sr_bits: int = 8,
+                interpret: bool = False, config: QuantizeConfig | None = None) -> KernelResult:
+  """Quantizes a 2D x along its last axis with one Pallas kernel: the arrays of
+  fp8lab.quantize(x, fmt, axis=-1, ...) bit for bit (and of quantize(x.T, ...) with
+  transpose=True), plus x's finite amax.
+
+  Args:
+    x: (R, C) float32 / bfloat16 / float16.
+    fmt: a registry format with scaling "tensor" (needs `scale`), "mx" or "nvfp4".
+    scale_mode: MX scale rule (floor / ceil / even / rceil).
+    block_shape: None for the format's default; nvfp4 also (16, 16).
+    scale: per-tensor formats: the float32 quantization factor (scalar), used as is.
+    amax: nvfp4: the float32 tensor amax of section 5's S_enc (None: a first pass takes it).
+    transpose: also return quantize(x.T)'s data and scales, from the same read of x.
+    key_words: None (round to nearest even) or (k0, k1) uint32 threefry key words for
+      stochastic rounding with the top `sr_bits` bits of each element's word.
+    interpret: Pallas interpret mode (CPU).
+    config: a QuantizeConfig (default: configs.quantize_config(fmt, transpose)).
+  Arguments are assumed checked by the caller (fp8lab/ops/quantize.py); this raises
+  ValueError only for what the kernel cannot do.
+  """
+  qf = get_quantized_format(fmt)
+  if qf.scaling not in ("tensor", "mx", "nvfp4"):
+    raise ValueError(f"the quantize kernel has no {qf.name!r} (scaling {qf.scaling!r})")
+  x = jnp.asarray(x)
+  if x.ndim != 2:
+    raise ValueError(f"quantize_2d takes a 2D x, got shape {x.shape}")
+  if qf.scaling == "tensor" and scale is None:
+    raise ValueError(f"{qf.name!r} needs a given scale (the kernel does no current scaling)")
+  block = qf.block_shape if block_shape is None else tuple(int(b) for b in block_shape)
+  if qf.scaling != "tensor" and block not in qf.block_shapes:
+    raise ValueError(f"block_shape {block} is not valid for {qf.name!r}")
+  if qf.scaling != "mx":
+    scale_mode = "floor"
+  key = None
+  if key_words is not None:
+    key = jnp.stack([jnp.asarray(key_words[0], jnp.uint32),
+                     jnp.asarray(key_words[1], jnp.uint32)])
+  scale = None if scale is None else jnp.asarray(scale, jnp.float32)
+  amax = None if amax is None else jnp.asarray(amax, jnp.float32)
+  return _quantize_2d(x, scale, amax, key, fmt=qf.name, scale_mode=scale_mode,
+                      block_shape=block, transpose=bool(transpose), sr_bits=int(sr_bits),
+                      interpret=bool(interpret), config=config,
+                      stochastic=key_words is not None)
