@@ -168,3 +168,79 @@ def test_quantize_dispatch_default_is_the_golden_model_on_a_cpu():
   b = fp8lab.quantize(x, "mxfp4", implementation="reference")
   for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
     assert np.asarray(u).tobytes() == np.asarray(v).tobytes()
+
+
+# ----------------------------------------------------------------------------------------
+# The Pallas implementation against the reference, byte for byte (interpret mode on a CPU,
+# compiled with FP8LAB_GPU_TESTS=1).
+
+from fp8lab_tests.switches import ON_GPU  # noqa: E402
+
+
+def _specials_x(shape, seed, dtype=np.float32) -> np.ndarray:
+  """Normal values over many binades with NaN, +-Inf, -0, float32 subnormals and a saturating
+  value placed in."""
+  x = _x(shape, seed).astype(np.float32)
+  flat = x.reshape(-1)
+  rng = np.random.default_rng(seed + 100)
+  picks = rng.choice(flat.size, 8, replace=False)
+  flat[picks] = [np.nan, -np.nan, np.inf, -np.inf, -0.0, 1e-40, -3e-39, 6e4]
+  return flat.reshape(shape).astype(dtype)
+
+
+def _state(fmt, n=8):
+  s = fp8lab.DelayedScaling.create(fmt, n)
+  hist = np.linspace(0.5, 40.0, n).astype(np.float32)
+  return dataclasses.replace(s, amax_history=jnp.asarray(hist), scale=jnp.float32(9.5))
+
+
+_KERNEL_CASES = {
+    "e4m3_delayed_t": ("e4m3", dict(scaling="delayed", transpose=True)),
+    "e4m3_current_margin": ("e4m3", dict(margin=1)),
+    "e5m2_given_bf16": ("e5m2", dict(scaling=np.float32(0.75), dtype="bfloat16")),
+    "mxfp8_rceil_t": ("mxfp8", dict(scale_mode="rceil", transpose=True)),
+    "mxfp8_e5m2_even_3d": ("mxfp8_e5m2", dict(scale_mode="even", shape=(3, 5, 64))),
+    "mxfp4_ceil_sr": ("mxfp4", dict(scale_mode="ceil", rounding="stochastic")),
+    "nvfp4_current_f16": ("nvfp4", dict(dtype="float16")),
+    "nvfp4_delayed_t": ("nvfp4", dict(scaling="delayed", transpose=True)),
+    "nvfp4_2d_t_sr": ("nvfp4", dict(block_shape=(16, 16), transpose=True,
+                                    rounding="stochastic")),
+    "e4m3_sr_t": ("e4m3", dict(scaling=np.float32(3.0), rounding="stochastic",
+                               transpose=True)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_KERNEL_CASES))
+def test_pallas_matches_reference(case):
+  fmt, kw = _KERNEL_CASES[case]
+  kw = dict(kw)
+  shape = kw.pop("shape", (40, 96))
+  dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16,
+           "float16": np.float16}[kw.pop("dtype", "float32")]
+  x = jnp.asarray(_specials_x(shape, seed=len(case), dtype=dtype))
+  if kw.get("scaling") == "delayed":
+    kw["scaling"] = _state(fmt)
+  if kw.get("rounding") == "stochastic":
+    kw["key"] = jax.random.key(7)
+  want = fp8lab.quantize_with_amax(x, fmt, implementation="reference", **kw)
+  got = fp8lab.quantize_with_amax(x, fmt, implementation="pallas", interpret=not ON_GPU, **kw)
+  assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+  for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    g, w = np.asarray(g), np.asarray(w)
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_array_equal(g.reshape(-1).view(np.uint8), w.reshape(-1).view(np.uint8))
+
+
+def test_pallas_under_jit_is_deterministic():
+  x = jnp.asarray(_specials_x((24, 64), seed=3))
+  f = jax.jit(lambda v: fp8lab.quantize(v, "nvfp4", implementation="pallas",
+                                        interpret=not ON_GPU))
+  a, b = f(x), f(x)
+  for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    assert np.asarray(u).tobytes() == np.asarray(v).tobytes()
+
+
+def test_pallas_rejects_blockwise():
+  with pytest.raises(ValueError, match="does not serve 'e4m3_block'"):
+    fp8lab.quantize(np.ones((4, 128), np.float32), "e4m3_block", implementation="pallas",
+                    interpret=True)

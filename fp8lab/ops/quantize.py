@@ -19,6 +19,8 @@ import numpy as np
 
 from fp8lab import quantized as golden
 from fp8lab.formats import get_quantized_format
+from fp8lab.kernels import quantize as qkernel
+from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.scales import DelayedScaling, tensor_amax
 from fp8lab.ops import _op
@@ -170,8 +172,8 @@ def kernel_serves(meta: QuantizedArray, *, ndim: int, transpose: bool,
     return f"the kernel does not serve {qf.name!r} (scaling {qf.scaling!r})"
   if meta.axis != ndim - 1:
     return "the kernel quantizes along the last axis only"
-  if meta.block_shape is not None and len(meta.block_shape) == 2:
-    return "the kernel does not serve 2D (16x16) block scales yet"
+  if meta.block_shape is not None and len(meta.block_shape) == 2 and ndim != 2:
+    return "the kernel tiles 2D (16x16) block scales of a 2D x only"
   if meta.hadamard is not None or hadamard is not None:
     return "the kernel does not fuse the Hadamard rotation yet"
   del transpose
@@ -198,22 +200,16 @@ def _resolve(caller: str, implementation, interpret: bool, meta, x, transpose: b
 
 def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool):
   """The Pallas path: x folded to 2D rows, one launch; results wrapped like the golden ones."""
-  from fp8lab.kernels import quantize as qkernel      # noqa: PLC0415 (kernels import ops' deps)
   qf = get_quantized_format(meta.format)
   x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
   key_words = None
   if kw.get("rounding", "nearest") == "stochastic":
-    from fp8lab.numerics.random import key_words as _key_words   # noqa: PLC0415
-    key_words = _key_words(kw["key"])
+    key_words = fp8_random.key_words(kw["key"])
   scale = kw.get("scale")
-  amax_in = None
-  if qf.scaling == "tensor" and scale is None:
-    # Current scaling: the first pass reduces the amax, the kernel derives the scale from it.
-    amax_in = qkernel.tensor_amax_2d(x2, interpret=interpret)
   res = qkernel.quantize_2d(
-      x2, fmt=qf.name, scale_mode=meta.scale_mode, block_shape=meta.block_shape,
+      x2, fmt=qf.name, scale_mode=meta.scale_mode or "floor", block_shape=meta.block_shape,
       scale=None if scale is None else jnp.asarray(scale, jnp.float32).reshape(()),
-      amax=amax_in, margin=kw.get("margin", 0), transpose=transpose, key_words=key_words,
+      margin=kw.get("margin", 0), transpose=transpose, key_words=key_words,
       sr_bits=kw.get("sr_bits", 8), interpret=interpret)
   aux = meta._aux()
 

@@ -25,7 +25,8 @@ every offset it is given, so none may alias a stored one).
 Scalars that depend on the whole tensor (nvfp4's S_enc, S_dec and the per-code encode
 factors enc_b, 1 / scale of per-tensor formats) are computed before the launch, on a few
 values, with exact integer float32 arithmetic (f32.mul_bits, f32.div_bits, scalars.py). nvfp4
-without a given amax takes a first, small Pallas pass (_amax_kernel) for it.
+without a given amax or S_enc, and e4m3 / e5m2 without a given scale (current scaling), take a
+first, small Pallas pass (_amax_kernel) for the tensor amax.
 """
 
 from __future__ import annotations
@@ -277,11 +278,14 @@ def _first_pass_amax(x, cfg: QuantizeConfig, interpret: bool):
   return jnp.max(partials)
 
 
-def _nvfp4_scalars(amax_bits):
+def _nvfp4_scalars(amax_bits, s_enc_bits=None):
   """(fl(S_enc * fl(1/6)), S_dec, enc_b of every E4M3 code 0..127) as float32 bits from the
-  tensor amax bits (docs/numerics.md section 5, steps 2, 3, 5; code 127 is the NaN scale,
-  whose blocks' codes are forced to 0)."""
-  s_enc, s_dec = scalars.nvfp4_tensor_scales_bits(amax_bits)
+  tensor amax bits, or from a given S_enc (then S_dec = fl(1 / S_enc)) (docs/numerics.md
+  section 5, steps 2, 3, 5; code 127 is the NaN scale, whose blocks' codes are forced to 0)."""
+  if s_enc_bits is None:
+    s_enc, s_dec = scalars.nvfp4_tensor_scales_bits(amax_bits)
+  else:
+    s_enc, s_dec = s_enc_bits, f32.reciprocal_bits(s_enc_bits)
   inv6 = jnp.uint32((np.float32(1) / np.float32(E2M1.max_finite)).view(np.uint32))
   table = scalars.nvfp4_block_encode_factor_bits(jnp.arange(128, dtype=jnp.uint32),
                                                  jnp.broadcast_to(s_dec, (128,)))
@@ -289,9 +293,10 @@ def _nvfp4_scalars(amax_bits):
 
 
 @functools.partial(jax.jit, static_argnames=("fmt", "scale_mode", "block_shape", "transpose",
-                                             "sr_bits", "interpret", "config", "stochastic"))
+                                             "sr_bits", "interpret", "config", "stochastic",
+                                             "margin"))
 def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose, sr_bits,
-                 interpret, config, stochastic):
+                 interpret, config, stochastic, margin):
   qf = get_quantized_format(fmt)
   kind, elem = qf.scaling, qf.element
   block = tuple(block_shape) if kind != "tensor" else ()
@@ -308,17 +313,21 @@ def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose
   k0, k1 = (key[0], key[1]) if stochastic else (jnp.uint32(0), jnp.uint32(0))
   first = jnp.uint32(0)
   table = tensor_scale = amax_bits = None
+  given_scale = (None if scale is None
+                 else lax.bitcast_convert_type(scale.reshape(()), jnp.uint32))
   if kind == "tensor":
-    first = lax.bitcast_convert_type(scale.reshape(()), jnp.uint32)
+    first = given_scale
+    if first is None:                       # current scaling: the amax pass decides the scale
+      first = scalars.current_scale_bits(_first_pass_amax(x, cfg, interpret),
+                                         scalars.format_max_bits(elem), margin, f32.ONE_BITS)
     tensor_scale = f32.reciprocal_bits(first)
   elif kind == "nvfp4":
-    if amax is None:
-      amax_bits = _first_pass_amax(x, cfg, interpret)
-      given = amax_bits
-    else:
-      given = lax.bitcast_convert_type(amax.reshape(()), jnp.uint32) & enc.MAG
-    first, tensor_scale, table = _nvfp4_scalars(given)
-  scalars = jnp.stack([first, k0, k1, jnp.uint32(0)]).astype(jnp.uint32)
+    given = None
+    if given_scale is None:
+      given = (_first_pass_amax(x, cfg, interpret) if amax is None
+               else lax.bitcast_convert_type(amax.reshape(()), jnp.uint32) & enc.MAG)
+    first, tensor_scale, table = _nvfp4_scalars(given, given_scale)
+  scal = jnp.stack([first, k0, k1, jnp.uint32(0)]).astype(jnp.uint32)
 
   pw = elem.per_word
   has_scales = kind != "tensor"
@@ -337,7 +346,7 @@ def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose
       n_scale_t = ((n_scale[1], n_scale[0]) if len(block) == 2
                    else (cols, -(-rows // block[0])))
       outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), jnp.uint8))
-  operands = [x.reshape(-1), scalars] + ([table] if kind == "nvfp4" else [])
+  operands = [x.reshape(-1), scal] + ([table] if kind == "nvfp4" else [])
   res = list(pl.pallas_call(
       functools.partial(_quantize_kernel, spec=spec, has_scales=has_scales),
       out_shape=tuple(outs), grid=(n_prog,),
@@ -358,7 +367,7 @@ def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose
 
 def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
                 block_shape: tuple[int, ...] | None = None, scale=None, amax=None,
-                transpose: bool = False, key_words=None, sr_bits: int = 8,
+                margin: int = 0, transpose: bool = False, key_words=None, sr_bits: int = 8,
                 interpret: bool = False, config: QuantizeConfig | None = None) -> KernelResult:
   """Quantizes a 2D x along its last axis with one Pallas kernel: the arrays of
   fp8lab.quantize(x, fmt, axis=-1, ...) bit for bit (and of quantize(x.T, ...) with
@@ -369,8 +378,12 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
     fmt: a registry format with scaling "tensor" (needs `scale`), "mx" or "nvfp4".
     scale_mode: MX scale rule (floor / ceil / even / rceil).
     block_shape: None for the format's default; nvfp4 also (16, 16).
-    scale: per-tensor formats: the float32 quantization factor (scalar), used as is.
-    amax: nvfp4: the float32 tensor amax of section 5's S_enc (None: a first pass takes it).
+    scale: per-tensor formats: the float32 quantization factor (scalar), used as is; None:
+      current scaling (a first pass takes the amax, the scale is fmt_max / amax / 2^margin);
+      nvfp4: a given S_enc, used as is (S_dec = fl(1 / S_enc)); then `amax` is ignored.
+    amax: nvfp4 without `scale`: the float32 tensor amax of section 5's S_enc (None: a first
+      pass takes it).
+    margin: per-tensor current scaling's power-of-two headroom.
     transpose: also return quantize(x.T)'s data and scales, from the same read of x.
     key_words: None (round to nearest even) or (k0, k1) uint32 threefry key words for
       stochastic rounding with the top `sr_bits` bits of each element's word.
@@ -385,8 +398,6 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
   x = jnp.asarray(x)
   if x.ndim != 2:
     raise ValueError(f"quantize_2d takes a 2D x, got shape {x.shape}")
-  if qf.scaling == "tensor" and scale is None:
-    raise ValueError(f"{qf.name!r} needs a given scale (the kernel does no current scaling)")
   block = qf.block_shape if block_shape is None else tuple(int(b) for b in block_shape)
   if qf.scaling != "tensor" and block not in qf.block_shapes:
     raise ValueError(f"block_shape {block} is not valid for {qf.name!r}")
@@ -401,4 +412,4 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
   return _quantize_2d(x, scale, amax, key, fmt=qf.name, scale_mode=scale_mode,
                       block_shape=block, transpose=bool(transpose), sr_bits=int(sr_bits),
                       interpret=bool(interpret), config=config,
-                      stochastic=key_words is not None)
+                      stochastic=key_words is not None, margin=int(margin))
