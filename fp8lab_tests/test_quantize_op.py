@@ -136,8 +136,6 @@ def test_nvfp4_delayed_state():
     (dict(transpose=1), TypeError, "transpose must be a bool"),
     (dict(implementation="xla"), ValueError, "implementation must be one of"),
     (dict(implementation="pallas"), ValueError, "needs a GPU"),
-    (dict(implementation="pallas", interpret=True, hadamard=32, fmt="mxfp4"), ValueError,
-     "Hadamard"),
     (dict(implementation="pallas", interpret=True, axis=0), ValueError, "last axis"),
     (dict(x=np.zeros((4, 32), np.int32)), TypeError, "float32"),
     (dict(fmt="e4m3x"), ValueError, "e4m3"),
@@ -244,3 +242,36 @@ def test_pallas_rejects_blockwise():
   with pytest.raises(ValueError, match="does not serve 'e4m3_block'"):
     fp8lab.quantize(np.ones((4, 128), np.float32), "e4m3_block", implementation="pallas",
                     interpret=True)
+
+
+@pytest.mark.parametrize("fmt, block, signs, scaling", [
+    ("mxfp4", 32, None, None),
+    ("mxfp8", 32, "fixed", None),
+    ("nvfp4", 16, "random", "delayed"),
+    ("e4m3", 16, "fixed", np.float32(4.0)),
+])
+def test_pallas_fused_hadamard_matches_reference(fmt, block, signs, scaling):
+  x = jnp.asarray(_specials_x((24, 64), seed=block + len(fmt)))
+  sign_arg = jax.random.key(5) if signs == "random" else signs
+  spec = fp8lab.HadamardSpec.from_signs(block, sign_arg)
+  kw = dict(hadamard=spec, rounding="stochastic", key=jax.random.key(2))
+  if scaling is not None:
+    kw["scaling"] = _state(fmt) if isinstance(scaling, str) else scaling
+  want = fp8lab.quantize_with_amax(x, fmt, implementation="reference", **kw)
+  got = fp8lab.quantize_with_amax(x, fmt, implementation="pallas", interpret=not ON_GPU, **kw)
+  for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    g, w = np.asarray(g), np.asarray(w)
+    np.testing.assert_array_equal(g.reshape(-1).view(np.uint8), w.reshape(-1).view(np.uint8))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(hadamard=64), "16 and 32"),
+    (dict(hadamard=32, transpose=True), "transpose"),
+])
+def test_pallas_hadamard_limits(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    fp8lab.quantize_with_amax(np.ones((8, 128), np.float32), "mxfp4", implementation="pallas",
+                              interpret=True, **kwargs)
+  with pytest.raises(ValueError, match="current scale"):
+    fp8lab.quantize_with_amax(np.ones((8, 128), np.float32), "nvfp4", hadamard=16,
+                              implementation="pallas", interpret=True)

@@ -22,6 +22,7 @@ from fp8lab.formats import get_quantized_format
 from fp8lab.kernels import quantize as qkernel
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics.codec import as_float_input
+from fp8lab.numerics.hadamard import hadamard_signs
 from fp8lab.numerics.scales import DelayedScaling, tensor_amax
 from fp8lab.ops import _op
 from fp8lab.quantized import QuantizedArray
@@ -162,7 +163,7 @@ def _golden_leaves(x, key, scale, *, fmt, **kw):
 
 
 def kernel_serves(meta: QuantizedArray, *, ndim: int, transpose: bool,
-                  hadamard: Any = None) -> str | None:
+                  has_scale: bool) -> str | None:
   """Why the Pallas kernel cannot serve a quantize call (a sentence), or None if it can.
 
   `meta` is the call's (abstract) QuantizedArray; the kernel works on x as 2D rows
@@ -174,9 +175,15 @@ def kernel_serves(meta: QuantizedArray, *, ndim: int, transpose: bool,
     return "the kernel quantizes along the last axis only"
   if meta.block_shape is not None and len(meta.block_shape) == 2 and ndim != 2:
     return "the kernel tiles 2D (16x16) block scales of a 2D x only"
-  if meta.hadamard is not None or hadamard is not None:
-    return "the kernel does not fuse the Hadamard rotation yet"
-  del transpose
+  spec = meta.hadamard
+  if spec is not None:
+    if spec.block not in (16, 32):
+      return f"the kernel fuses Hadamard blocks of 16 and 32, not {spec.block}"
+    if transpose:
+      return "the kernel does not fuse a Hadamard rotation with transpose=True"
+    if qf.scaling != "mx" and not has_scale:
+      return ("the kernel fuses a Hadamard rotation with a given scale (per-tensor) or S_enc "
+              "(nvfp4) only: a current scale needs the rotated tensor's amax first")
   return None
 
 
@@ -185,7 +192,8 @@ def _resolve(caller: str, implementation, interpret: bool, meta, x, transpose: b
   if implementation not in _IMPLEMENTATIONS:
     raise ValueError(f"{caller}: implementation must be one of {_IMPLEMENTATIONS}, got "
                      f"{implementation!r}")
-  why_not = kernel_serves(meta, ndim=x.ndim, transpose=transpose, hadamard=kw.get("hadamard"))
+  why_not = kernel_serves(meta, ndim=x.ndim, transpose=transpose,
+                          has_scale=kw.get("scale") is not None)
   if implementation is None and not interpret:
     kind = get_quantized_format(meta.format).scaling
     if why_not is None and _op.on_gpu() and kind in _KERNEL_DEFAULT:
@@ -210,7 +218,9 @@ def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool)
       x2, fmt=qf.name, scale_mode=meta.scale_mode or "floor", block_shape=meta.block_shape,
       scale=None if scale is None else jnp.asarray(scale, jnp.float32).reshape(()),
       margin=kw.get("margin", 0), transpose=transpose, key_words=key_words,
-      sr_bits=kw.get("sr_bits", 8), interpret=interpret)
+      sr_bits=kw.get("sr_bits", 8), interpret=interpret,
+      hadamard=None if meta.hadamard is None else (
+          meta.hadamard.block, hadamard_signs(meta.hadamard.block, meta.hadamard.sign_arg())))
   aux = meta._aux()
 
   def wrap(data, scales, shape):

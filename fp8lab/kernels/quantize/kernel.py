@@ -43,7 +43,7 @@ import numpy as np
 
 from fp8lab.formats import E2M1, E4M3, ElementFormat, QuantizedFormat, get_quantized_format
 from fp8lab.kernels.quantize import encode as enc
-from fp8lab.kernels.quantize import f32, scalars
+from fp8lab.kernels.quantize import f32, rotate, scalars
 from fp8lab.kernels.quantize.configs import QuantizeConfig, fit_config, quantize_config
 from fp8lab.numerics.random import threefry2x32
 
@@ -80,6 +80,7 @@ class _Spec(NamedTuple):
   stochastic: bool
   sr_bits: int
   float_products: bool      # QuantizeConfig.float_products
+  hadamard: int = 0         # Hadamard block along the rows (0: none)
 
 
 def _elem(spec: _Spec) -> ElementFormat:
@@ -166,6 +167,7 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   refs = list(refs)
   x_ref, scal_ref = refs.pop(0), refs.pop(0)
   tab_ref = refs.pop(0) if spec.kind == "nvfp4" else None
+  signs_ref = refs.pop(0) if spec.hadamard else None
   data_ref = refs.pop(0)
   scales_ref = refs.pop(0) if has_scales else None
   amax_ref = refs.pop(0)
@@ -185,7 +187,14 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   x = plgpu.load(x_ref.at[offs], mask=ok, other=0)
   bits = enc.to_f32_bits(x)
   mag = bits & enc.MAG
-  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
+  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)         # the amax of x as given
+  if spec.hadamard:
+    # The rows' blocks rotated first, as the golden model does (C is a multiple of the
+    # block and tiles are block-aligned: masked columns are whole blocks of zeros).
+    signs = plgpu.load(signs_ref.at[lax.iota(jnp.int32, spec.hadamard)])
+    bits = rotate.rotate_bits(bits, spec.hadamard, signs=signs,
+                              float_ops=spec.float_products)
+    mag = bits & enc.MAG
 
   rbits = None
   if spec.stochastic:                      # element (r, c) of x draws index r * C + c
@@ -244,12 +253,13 @@ def _amax_kernel(x_ref, amax_ref, *, rows: int, cols: int, tr: int, tc: int, n_c
   amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
 
 
-def _grain(qf: QuantizedFormat, block: tuple[int, ...], transpose: bool) -> tuple[int, int]:
-  """The smallest tile (rows, cols): whole blocks and whole words in each blocked and
-  packed direction."""
+def _grain(qf: QuantizedFormat, block: tuple[int, ...], transpose: bool,
+           hadamard: int = 0) -> tuple[int, int]:
+  """The smallest tile (rows, cols): whole blocks, whole words and whole Hadamard blocks in
+  each blocked and packed direction."""
   pw = qf.per_word
   along = block[-1] if block else pw
-  min_cols = max(pw, along, 16)
+  min_cols = max(pw, along, 16, hadamard)
   min_rows = 1
   if len(block) == 2:
     min_rows = block[0]
@@ -258,9 +268,9 @@ def _grain(qf: QuantizedFormat, block: tuple[int, ...], transpose: bool) -> tupl
   return min_rows, min_cols
 
 
-def _tiles(qf, block, transpose, rows, cols, config):
+def _tiles(qf, block, transpose, rows, cols, config, hadamard: int = 0):
   cfg = config if config is not None else quantize_config(qf.name, transpose)
-  return fit_config(cfg, rows, cols, *_grain(qf, block, transpose))
+  return fit_config(cfg, rows, cols, *_grain(qf, block, transpose, hadamard))
 
 
 def _first_pass_amax(x, cfg: QuantizeConfig, interpret: bool):
@@ -294,21 +304,21 @@ def _nvfp4_scalars(amax_bits, s_enc_bits=None):
 
 @functools.partial(jax.jit, static_argnames=("fmt", "scale_mode", "block_shape", "transpose",
                                              "sr_bits", "interpret", "config", "stochastic",
-                                             "margin"))
-def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose, sr_bits,
-                 interpret, config, stochastic, margin):
+                                             "margin", "hadamard"))
+def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, transpose,
+                 sr_bits, interpret, config, stochastic, margin, hadamard):
   qf = get_quantized_format(fmt)
   kind, elem = qf.scaling, qf.element
   block = tuple(block_shape) if kind != "tensor" else ()
   rows, cols = x.shape
   if rows * cols >= 2**31:
     raise ValueError(f"x has {rows * cols} elements; the kernel uses int32 offsets (< 2^31)")
-  cfg = _tiles(qf, block, transpose, rows, cols, config)
+  cfg = _tiles(qf, block, transpose, rows, cols, config, hadamard)
   tr, tc = cfg.block_rows, cfg.block_cols
   n_cb = pl.cdiv(cols, tc)
   n_prog = pl.cdiv(rows, tr) * n_cb
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
-               stochastic, sr_bits, cfg.float_products)
+               stochastic, sr_bits, cfg.float_products, hadamard)
 
   k0, k1 = (key[0], key[1]) if stochastic else (jnp.uint32(0), jnp.uint32(0))
   first = jnp.uint32(0)
@@ -346,7 +356,8 @@ def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose
       n_scale_t = ((n_scale[1], n_scale[0]) if len(block) == 2
                    else (cols, -(-rows // block[0])))
       outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), jnp.uint8))
-  operands = [x.reshape(-1), scal] + ([table] if kind == "nvfp4" else [])
+  operands = ([x.reshape(-1), scal] + ([table] if kind == "nvfp4" else [])
+              + ([signs] if hadamard else []))
   res = list(pl.pallas_call(
       functools.partial(_quantize_kernel, spec=spec, has_scales=has_scales),
       out_shape=tuple(outs), grid=(n_prog,),
@@ -368,7 +379,8 @@ def _quantize_2d(x, scale, amax, key, *, fmt, scale_mode, block_shape, transpose
 def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
                 block_shape: tuple[int, ...] | None = None, scale=None, amax=None,
                 margin: int = 0, transpose: bool = False, key_words=None, sr_bits: int = 8,
-                interpret: bool = False, config: QuantizeConfig | None = None) -> KernelResult:
+                hadamard: tuple[int, jax.Array] | None = None, interpret: bool = False,
+                config: QuantizeConfig | None = None) -> KernelResult:
   """Quantizes a 2D x along its last axis with one Pallas kernel: the arrays of
   fp8lab.quantize(x, fmt, axis=-1, ...) bit for bit (and of quantize(x.T, ...) with
   transpose=True), plus x's finite amax.
@@ -384,6 +396,10 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
     amax: nvfp4 without `scale`: the float32 tensor amax of section 5's S_enc (None: a first
       pass takes it).
     margin: per-tensor current scaling's power-of-two headroom.
+    hadamard: None, or (block, signs): rotate x's rows in blocks of 16 / 32 first, with the
+      (block,) uint32 sign masks of numerics.hadamard.hadamard_signs (zeros: no signs), as
+      fp8lab.quantize(x, hadamard=...) does; not with transpose=True, and only with a given
+      scale (per-tensor) or S_enc (nvfp4): a current scale would need the rotated amax.
     transpose: also return quantize(x.T)'s data and scales, from the same read of x.
     key_words: None (round to nearest even) or (k0, k1) uint32 threefry key words for
       stochastic rounding with the top `sr_bits` bits of each element's word.
@@ -409,7 +425,17 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
                      jnp.asarray(key_words[1], jnp.uint32)])
   scale = None if scale is None else jnp.asarray(scale, jnp.float32)
   amax = None if amax is None else jnp.asarray(amax, jnp.float32)
-  return _quantize_2d(x, scale, amax, key, fmt=qf.name, scale_mode=scale_mode,
+  hb, signs = 0, None
+  if hadamard is not None:
+    hb, signs = int(hadamard[0]), jnp.asarray(hadamard[1], jnp.uint32).reshape(-1)
+    if hb not in (16, 32) or signs.shape != (hb,) or x.shape[1] % hb:
+      raise ValueError(f"hadamard must be (16 or 32, ({hb},) sign masks) over columns that "
+                       f"are a multiple of the block; got block {hb}, signs {signs.shape}, x "
+                       f"{x.shape}")
+    if transpose or (scale is None and qf.scaling != "mx"):
+      raise ValueError("the kernel fuses a Hadamard rotation without transpose, and with a "
+                       "given scale or S_enc only")
+  return _quantize_2d(x, scale, amax, key, signs, fmt=qf.name, scale_mode=scale_mode,
                       block_shape=block, transpose=bool(transpose), sr_bits=int(sr_bits),
                       interpret=bool(interpret), config=config,
-                      stochastic=key_words is not None, margin=int(margin))
+                      stochastic=key_words is not None, margin=int(margin), hadamard=hb)
