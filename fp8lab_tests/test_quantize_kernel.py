@@ -162,8 +162,15 @@ def test_rejects_what_the_kernel_cannot_do():
   x = np.ones((4, 8), np.float32)
   with pytest.raises(ValueError, match="no 'bf16'"):
     quantize_2d(x, fmt="bf16", interpret=True)
-  with pytest.raises(ValueError, match="scale"):
-    quantize_2d(x, fmt="e4m3", interpret=True)
+  with pytest.raises(ValueError, match="without transpose"):
+    quantize_2d(np.ones((4, 32), np.float32), fmt="mxfp4", transpose=True, interpret=True,
+                hadamard=(32, np.zeros(32, np.uint32)))
+  with pytest.raises(ValueError, match="given scale or S_enc"):
+    quantize_2d(np.ones((4, 32), np.float32), fmt="e4m3", interpret=True,
+                hadamard=(16, np.zeros(16, np.uint32)))
+  with pytest.raises(ValueError, match="multiple of the block"):
+    quantize_2d(np.ones((4, 24), np.float32), fmt="mxfp4", interpret=True,
+                hadamard=(16, np.zeros(16, np.uint32)))
   with pytest.raises(ValueError, match="2D"):
     quantize_2d(x[0], fmt="mxfp8", interpret=True)
 
@@ -359,20 +366,27 @@ def test_lowers_for_cuda_without_float_division_or_fp8():
   ad = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
   mesh = jax.sharding.AbstractMesh((1,), ("x",), (jax.sharding.AxisType.Explicit,),
                                    abstract_device=ad)
-  runs = [(fmt, b, (1, 2), False) for fmt, b in LAYOUTS]
-  runs += [(fmt, b, None, True) for fmt, b in LAYOUTS if fmt not in MX]
+  runs = [(fmt, b, (1, 2), False, None) for fmt, b in LAYOUTS]
+  runs += [(fmt, b, None, True, None) for fmt, b in LAYOUTS if fmt not in MX]
+  # The fused Hadamard rotation (rows only), integer and float arithmetic.
+  runs += [(fmt, b, (1, 2), fp, h) for fmt, b, h in (("mxfp4", (32,), 32), ("nvfp4", (16,), 16),
+                                                      ("e4m3", None, 16))
+           for fp in (False, True)]
   triton_lowering.lower_jaxpr_to_triton_module = spy
   try:
-    for fmt, block_shape, sr, fp in runs:
-      f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape, transpose=True,
-                            scale=1.0 if fmt in PER_TENSOR else None, key_words=sr,
+    for fmt, block_shape, sr, fp, had in runs:
+      f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape,
+                            transpose=had is None,
+                            scale=1.0 if fmt in PER_TENSOR or had else None, key_words=sr,
+                            hadamard=None if had is None else (had, np.zeros(had, np.uint32)),
                             config=QuantizeConfig(16, 256, 8, float_products=fp))
       n = len(captured)
       with jax.sharding.use_abstract_mesh(mesh):
         jax.jit(f).trace(jax.ShapeDtypeStruct((96, 320), jnp.bfloat16)).lower(
             lowering_platforms=("cuda",))
       irs = [ir for _, ir in captured[n:]]
-      assert len(irs) == (2 if fmt == "nvfp4" else 1)       # nvfp4's first pass (amax)
+      # nvfp4's first pass (amax) unless S_enc is given
+      assert len(irs) == (2 if fmt == "nvfp4" and had is None else 1)
       for ir in irs:
         assert "tt.func" in ir
         assert "divf" not in ir and "f8E" not in ir

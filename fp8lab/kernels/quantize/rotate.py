@@ -112,7 +112,8 @@ def rotate_bits(bits, block: int, *, signs=None, inverse: bool = False,
     v = lax.bitcast_convert_type(bits, jnp.float32)
     for _ in range(k):
       v = _stage(v, block, lambda a, b: a + b, lambda a, b: a - b)
-    v = v * lax.bitcast_convert_type(inv_sqrt_bits(block), jnp.float32)
+    # a Python-side constant: the Triton lowering cannot bitcast a literal
+    v = v * np.asarray(inv_sqrt_bits(block)).view(np.float32)
     # NaN-ness spreads in float arithmetic as in the integer ops; only the pattern differs.
     out = jnp.where(jnp.isnan(v), QNAN_BITS, lax.bitcast_convert_type(v, jnp.uint32))
   else:
