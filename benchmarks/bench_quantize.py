@@ -90,7 +90,12 @@ CASES: dict[str, Case] = {
     "nvfp4_had16": Case("nvfp4", "delayed", kwargs=(("hadamard", 16),)),
 }
 XLA_OPS = ("copy", "xla_given", "xla_current", "xla_delayed", "jax_nn_mxfp8")
-IMPLS = ("pallas", "reference")
+# pallas_float: the same kernel with QuantizeConfig.float_products (the GPU's float32 multiply
+# and, with a Hadamard rotation, its add / sub instead of integer float32 ops; exact where the
+# GPU keeps float32 subnormals, which the compiled tests check), called directly on 2D x.
+IMPLS = ("pallas", "pallas_float", "reference")
+FLOAT_CASES = ("e4m3_delayed", "nvfp4_delayed", "e4m3_delayed_sr", "mxfp4_had32",
+               "nvfp4_had16")
 # Priority order: the targets' size, then the fixed-cost sizes.
 GPU_SIZES = ("16384x16384", "1024x1024", "4096x4096")
 SMOKE_SIZES = ("64x256",)
@@ -177,6 +182,8 @@ def xla_op(name: str) -> Callable[..., Any]:
 def fp8lab_op(case: Case, impl: str, interpret: bool) -> Callable[..., Any]:
   """fp8lab.quantize_with_amax for `case` on (x, state, key)."""
   kwargs = dict(case.kwargs)
+  if impl == "pallas_float":
+    return _float_kernel_op(case, interpret)
 
   def op(x, state, key):
     kw = dict(kwargs)
@@ -188,6 +195,26 @@ def fp8lab_op(case: Case, impl: str, interpret: bool) -> Callable[..., Any]:
                                   implementation=impl, interpret=interpret and impl == "pallas",
                                   **kw)
     return r.q, r.q_t, r.amax, r.scaling
+
+  return op
+
+
+def _float_kernel_op(case: Case, interpret: bool) -> Callable[..., Any]:
+  """The kernel with float_products on (x, state, key), as quantize_with_amax calls it."""
+  from fp8lab.kernels import quantize as qk  # pylint: disable=g-import-not-at-top
+  from fp8lab.numerics.hadamard import hadamard_signs  # pylint: disable=g-import-not-at-top
+  from fp8lab.numerics.random import key_words  # pylint: disable=g-import-not-at-top
+  kwargs = dict(case.kwargs)
+  cfg = dataclasses.replace(qk.quantize_config(case.fmt, case.transpose), float_products=True)
+  had = kwargs.get("hadamard")
+
+  def op(x, state, key):
+    scale = None if case.scaling == "none" else state.scale
+    r = qk.quantize_2d(
+        x, fmt=case.fmt, transpose=case.transpose, scale=scale, interpret=interpret,
+        key_words=key_words(key) if kwargs.get("rounding") == "stochastic" else None,
+        hadamard=None if had is None else (had, hadamard_signs(had)), config=cfg)
+    return r, state.update(r.amax) if case.scaling == "delayed" else None
 
   return op
 
@@ -223,6 +250,16 @@ def _bytes_equal(a, b) -> bool:
     if u.shape != v.shape or u.dtype != v.dtype or u.tobytes() != v.tobytes():
       return False
   return True
+
+
+def _kernel_leaves(out) -> list:
+  """(data, scales, tensor_scale, amax, data_t, scales_t) of a pallas row's first output
+  (q, q_t, amax, state) or of a pallas_float row's KernelResult."""
+  if hasattr(out, "data_t"):
+    return [out.data, out.scales, out.tensor_scale, out.amax, out.data_t, out.scales_t]
+  q, q_t, amax, _ = out
+  return [q.data, q.scales, q.tensor_scale, amax] + (
+      [q_t.data, q_t.scales] if q_t is not None else [None, None])
 
 
 def time_row(run: dict, op: Callable, args: list, *, reps: int, warmup: int) -> dict[str, Any]:
@@ -285,7 +322,8 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
         max_copies=max_copies)
     units = [("xla", op, None) for op in xla_ops]
     units += [(impl, name, CASES[name]) for name in cases for impl in impls
-              if impl == "pallas" or (si < REFERENCE_SIZES and name in REFERENCE_CASES)]
+              if impl == "pallas" or (impl == "pallas_float" and name in FLOAT_CASES)
+              or (si < REFERENCE_SIZES and name in REFERENCE_CASES)]
     inputs: dict[str, list] = {}
     copy_gbps = None
     firsts: dict[str, Any] = {}
@@ -305,13 +343,8 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
       first = row.pop("first_output", None)
       row.update(op=name, impl=impl, size=size, dtype=dtype, copies=n)
       if row["status"] == "ok":
-        out_bytes = nbytes(first) - (0 if case is None else 0)
-        passes = 1 if case is None else case.passes
-        if name == "xla_current":
-          passes = 2
-        if name == "copy":
-          passes = 1
-        row["bytes_needed"] = passes * x_bytes + out_bytes
+        passes = case.passes if case is not None else 2 if name == "xla_current" else 1
+        row["bytes_needed"] = passes * x_bytes + nbytes(first)
         row["GBps"] = row["bytes_needed"] / (row["time_us"] * 1e-6) / 1e9
         if name == "copy":
           copy_gbps = row["GBps"]
@@ -325,6 +358,10 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
             for r in doc["rows"] + [row]:
               if r.get("op") == name and r.get("size") == size and r.get("impl") == "pallas":
                 r["exact"] = exact
+          flt = firsts.get(("pallas_float", name))
+          if impl == "pallas_float" and pal is not None:
+            # the float-product kernel against the integer one: the same bytes or not
+            row["exact_vs_pallas"] = _bytes_equal(_kernel_leaves(flt[0]), _kernel_leaves(pal))
       doc["rows"].append(row)
       log(f"{size:>12} {impl:>9} {name:<16} " + (
           f"{row['time_us']:9.2f} us {row['GBps']:8.1f} GB/s R={n}" if row["status"] == "ok"
@@ -338,17 +375,18 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
 
 
 def format_table(doc: dict[str, Any]) -> str:
-  lines = [f"{'size':>12} {'impl':>9} {'op':<16} {'time us':>9} {'dev us':>8} {'GB/s':>8} "
+  lines = [f"{'size':>12} {'impl':>12} {'op':<16} {'time us':>9} {'dev us':>8} {'GB/s':>8} "
            f"{'%copy':>6} {'exact':>5}", "-" * 82]
   for r in doc["rows"]:
     if r.get("status") != "ok":
-      lines.append(f"{r['size']:>12} {r['impl']:>9} {r['op']:<16} ERROR {r.get('error', '')[:60]}")
+      lines.append(f"{r['size']:>12} {r['impl']:>12} {r['op']:<16} ERROR {r.get('error', '')[:60]}")
       continue
     dev = r.get("device_us_per_op")
     pct = r.get("pct_copy")
-    lines.append(f"{r['size']:>12} {r['impl']:>9} {r['op']:<16} {r['time_us']:9.2f} "
+    exact = r.get("exact", r.get("exact_vs_pallas", "-"))
+    lines.append(f"{r['size']:>12} {r['impl']:>12} {r['op']:<16} {r['time_us']:9.2f} "
                  f"{(f'{dev:8.1f}' if dev else '       -')} {r['GBps']:8.1f} "
-                 f"{(f'{pct:6.1f}' if pct else '     -')} {str(r.get('exact', '-')):>5}")
+                 f"{(f'{pct:6.1f}' if pct else '     -')} {str(exact):>5}")
   m = doc.get("machine", {})
   lines.append(f"{m.get('device_kind')} jax {m.get('jax')}, commit "
                f"{str(doc.get('git', {}).get('commit'))[:10]}")
@@ -394,7 +432,8 @@ def main(argv: list[str]) -> None:
   print()
   print(format_table(doc))
   print(f"\nresults: {out}")
-  bad = [r for r in doc["rows"] if r.get("status") == "error" or r.get("exact") is False]
+  bad = [r for r in doc["rows"] if r.get("status") == "error" or r.get("exact") is False
+         or r.get("exact_vs_pallas") is False]
   if bad:
     print(f"bench_quantize: {len(bad)} rows failed or differ from the reference",
           file=sys.stderr)
