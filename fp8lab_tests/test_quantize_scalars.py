@@ -195,7 +195,7 @@ def test_f32_op_random_ranges(name):
 
 def test_reciprocal_and_ldexp():
   rng = np.random.default_rng(5)
-  b = np.concatenate([EDGES, _random_bits(rng, 4096 - len(EDGES))])
+  b = np.concatenate([EDGES, _random_bits(rng, 1024 - len(EDGES))])
   plain, kern = _run_both(f32.reciprocal_bits, b)
   with np.errstate(all="ignore"):
     want = _canonical(np.float32(1.0) / b.view(np.float32))
@@ -292,7 +292,7 @@ def _check_delayed(fmt, margin, algo, hist, amax, scale, pad_fill=0):
 
 
 # (format, margin, algo, history length): each binding compiles once; hypothesis draws bits.
-_DELAYED_CONFIGS = [(E4M3, 0, "max", 16), (E5M2, 2, "max", 5), (E4M3, -1, "most_recent", 3),
+_DELAYED_CONFIGS = [(E5M2, 2, "max", 5), (E4M3, -1, "most_recent", 3),
                     (E5M2, 0, "most_recent", 1), (E4M3, 3, "max", 24)]
 
 
@@ -331,7 +331,7 @@ def test_delayed_update_cases(algo):
 
 
 def test_shift_in():
-  for n in (1, 2, 4, 8, 64, 1024):
+  for n in (1, 2, 8, 64):         # 1024: test_delayed_update_cases
     v = np.arange(100, 100 + n, dtype=np.uint32)
     fn = lambda x, f: ks.shift_in(x, f[0])
     for got in _run_both(fn, v, np.array([7], np.uint32)):
@@ -447,9 +447,11 @@ def _check_rotate(x_bits, block, kind, inverse, float_ops=False):
   else:
     fn = _bind(_rotate_fn, block, inverse, float_ops)
     args = (x_bits, np.asarray(gh.hadamard_signs(block, signs)))
-  for got in _run_both(fn, *args):
-    bad = np.argwhere(got != want)
-    assert bad.size == 0, [(tuple(i), hex(got[tuple(i)]), hex(want[tuple(i)])) for i in bad[:6]]
+  # In a kernel only (the plain function is the same code; test_rotate_float_signs_and_errors
+  # runs it): each variant compiles once.
+  got = np.asarray(_in_kernel(fn, *map(jnp.asarray, args)))
+  bad = np.argwhere(got != want)
+  assert bad.size == 0, [(tuple(i), hex(got[tuple(i)]), hex(want[tuple(i)])) for i in bad[:6]]
 
 
 def _tile(rng, rows, cols):
@@ -499,6 +501,19 @@ def test_rotate_float_ops(block, kind):
                                            0xFFC00001]
   for inverse in (False, True):
     _check_rotate(x, block, kind, inverse, float_ops=True)
+
+
+@switches.gpu
+@pytest.mark.parametrize("block", [16, 32])
+def test_rotate_float_ops_subnormals_gpu(block):
+  """Compiled only: does the float path keep subnormals in Triton's float32 add / mul?
+  (If this fails, the GPU flushes them and only the integer path is exact.)"""
+  rng = np.random.default_rng(block + 1)
+  x = _tile(rng, 8, 64)
+  x[2] = _random_bits(rng, 64, exp_hi=2)
+  want = np.asarray(gh.hadamard(x.view(np.float32), block)).view(np.uint32)
+  got = np.asarray(_in_kernel(_bind(_rotate_nosign_fn, block, False, True), jnp.asarray(x)))
+  np.testing.assert_array_equal(got, want)
 
 
 def test_rotate_float_signs_and_errors():
