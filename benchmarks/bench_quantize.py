@@ -102,7 +102,7 @@ SMOKE_SIZES = ("64x256",)
 # The golden model is slow (milliseconds at 16384^2): its rows run at the first size only,
 # for these cases (the exactness check of the other cases is the tests' job).
 REFERENCE_SIZES = 1
-REFERENCE_CASES = ("e4m3_delayed", "mxfp8", "mxfp4", "nvfp4", "e4m3_delayed_t", "mxfp4_sr")
+REFERENCE_CASES = ("e4m3_delayed", "mxfp4", "nvfp4")
 
 _CASES = flags.DEFINE_list("cases", list(CASES), f"fp8lab cases; valid: {', '.join(CASES)}")
 _IMPLS = flags.DEFINE_list("impls", list(IMPLS), "fp8lab implementations to time.")
@@ -336,7 +336,7 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
       if state_fmt not in inputs:
         inputs[state_fmt] = make_inputs(rows_, cols, dt, copies, seed=si + 1, fmt=state_fmt)
       args = inputs[state_fmt]
-      n = copies if impl != "reference" else min(copies, 4)
+      n = copies if impl != "reference" else min(copies, 2)
       op = xla_op(name) if case is None else fp8lab_op(case, impl, interpret)
       xla_args = [(x, s.amax_history, s.scale) for x, s, _ in args[:n]]
       row = time_row(doc, op, xla_args if case is None else args[:n], reps=reps, warmup=warmup)
