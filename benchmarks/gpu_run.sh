@@ -71,10 +71,11 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   pids=()
   for ((i = 0; i < shards; i++)); do
     awk -v n="$shards" -v i="$i" '(NR - 1) % n == i' "$OUT/.test_ids" > "$OUT/.shard_$i"
-    # shellcheck disable=SC2046  # one test id per word
+    # one test id per line (ids may hold spaces: parametrized strings)
+    mapfile -t shard_ids < "$OUT/.shard_$i"
     timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 FP8LAB_SLOW_TESTS=1 \
       XLA_PYTHON_CLIENT_PREALLOCATE=false \
-      "$PY" -m pytest -q -p no:cacheprovider $(cat "$OUT/.shard_$i") \
+      "$PY" -m pytest -q -p no:cacheprovider "${shard_ids[@]}" \
       > "$OUT/.tests_$i.log" 2>&1 &
     pids+=($!)
   done

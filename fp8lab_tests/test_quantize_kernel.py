@@ -390,6 +390,9 @@ def test_lowers_for_cuda_without_float_division_or_fp8():
       for ir in irs:
         assert "tt.func" in ir
         assert "divf" not in ir and "f8E" not in ir
+        # math.ctlz (clz of a uint32) lowers here but Triton cannot compile it (H200 run of
+        # 2026-12-01): clz must go through int32 (__nv_clz)
+        assert "math.ctlz" not in ir
       assert ("arith.mulf" in irs[-1]) == fp
   finally:
     triton_lowering.lower_jaxpr_to_triton_module = real

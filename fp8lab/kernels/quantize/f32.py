@@ -56,6 +56,13 @@ def _classify(bits):
   return mag > INF_BITS, mag == INF_BITS, mag == _U(0)
 
 
+def clz(v) -> jax.Array:
+  """Leading zeros of uint32 v as int32, counted on its int32 bitcast: the Triton lowering
+  has clz (__nv_clz) for int32 only; on uint32 it emits math.ctlz, which Triton cannot
+  compile."""
+  return lax.clz(lax.bitcast_convert_type(jnp.asarray(v, jnp.uint32), jnp.int32))
+
+
 def _unpack(bits):
   """Finite float32 bits -> (sign bit, e int32, sig uint32) with |x| = sig * 2^(e - 23) and
   sig in [2^23, 2^24) for every nonzero x (subnormals normalized; sig, e are junk for 0)."""
@@ -63,7 +70,7 @@ def _unpack(bits):
   biased = ((bits >> _U(23)) & _U(0xFF)).astype(jnp.int32)
   frac = bits & _FRAC
   # clz of frac | 1: the same as clz(frac) for frac >= 1, and never clz(0).
-  lead = lax.clz(frac | _U(1)).astype(jnp.int32) - 8              # 1..23 for a subnormal
+  lead = clz(frac | _U(1)) - 8                                    # 1..23 for a subnormal
   is_sub = biased == 0
   sig = jnp.where(is_sub, _shl(frac, jnp.minimum(lead, 31)), frac | _HIDDEN)
   e = jnp.where(is_sub, -126 - lead, biased - 127)
@@ -177,7 +184,7 @@ def add_bits(a, b) -> jax.Array:
   m2s = m2s | ((jnp.where(d > 31, m2, dropped)) != _U(0)).astype(jnp.uint32)   # sticky
   total = jnp.where(s1 == s2, m1 + m2s, m1 - m2s)              # < 2^32
   carry = total >= _U(1 << 31)
-  lead = lax.clz(total | _U(1)).astype(jnp.int32) - 1          # > 0 after a cancellation
+  lead = clz(total | _U(1)) - 1                                # > 0 after a cancellation
   norm = _shl(total, jnp.clip(lead, 0, 31))
   m = jnp.where(carry, (total >> _U(1)) | (total & _U(1)), norm)
   e = jnp.where(carry, e1 + 1, e1 - lead)

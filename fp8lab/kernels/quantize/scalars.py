@@ -16,7 +16,7 @@ import numpy as np
 
 from fp8lab.formats import E2M1, E4M3, ElementFormat, get_format
 from fp8lab.kernels.quantize.f32 import (FLT_MAX_BITS, INF_BITS, MAG_BITS, ONE_BITS, QNAN_BITS,
-                                         div_bits, ldexp_bits, mul_bits)
+                                         clz, div_bits, ldexp_bits, mul_bits)
 
 __all__ = ["format_max_bits", "current_scale_bits", "delayed_update_bits", "shift_in",
            "nvfp4_tensor_scales_bits", "e4m3_code_bits", "nvfp4_block_decode_factor_bits",
@@ -120,7 +120,7 @@ def e4m3_code_bits(codes) -> jax.Array:
   normal = ((e + _U(127 - 7)) << _U(23)) | (m << _U(20))
   # Subnormal m * 2^-9, m in 1..7: the leading one at bit p = 31 - clz(m) becomes the hidden
   # bit; exponent -9 + p.
-  p = 31 - lax.clz(m | _U(1)).astype(jnp.int32)
+  p = 31 - clz(m | _U(1))
   sub = (((p + (127 - 9)).astype(jnp.uint32)) << _U(23)) | \
       ((m << (23 - p).astype(jnp.uint32)) & _U(0x7FFFFF))
   mag = jnp.where(e == _U(0), jnp.where(m == _U(0), _U(0), sub), normal)
