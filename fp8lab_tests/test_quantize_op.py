@@ -275,3 +275,29 @@ def test_pallas_hadamard_limits(kwargs, match):
   with pytest.raises(ValueError, match="current scale"):
     fp8lab.quantize_with_amax(np.ones((8, 128), np.float32), "nvfp4", hadamard=16,
                               implementation="pallas", interpret=True)
+
+
+@pytest.mark.parametrize("fmt, n, algo, margin", [
+    ("e4m3", 5, "max", 0), ("e5m2", 8, "most_recent", 2), ("nvfp4", 1024, "max", 0),
+    ("e4m3", 1, "max", -1)])
+def test_kernel_side_delayed_update_matches_the_state(fmt, n, algo, margin):
+  """The pallas path's update (kernels/quantize delayed_update) against DelayedScaling.update
+  over raw amax bit patterns: 0, subnormal, huge, Inf, NaN, and random ones."""
+  from fp8lab.kernels import quantize as qk
+  rng = np.random.default_rng(n)
+  state = fp8lab.DelayedScaling.create(fmt, n, margin=margin, amax_compute_algo=algo)
+  specials = [0, 1, 0x00400000, 0x7F7FFFFF, 0x7F800000, 0x7FC00000, 0x3F800000, 0x80000000]
+  amaxes = specials + list(rng.integers(0, 2**32, 24, dtype=np.uint64))
+  for i, a in enumerate(amaxes):
+    amax = np.uint32(a).view(np.float32)
+    hist = rng.uniform(0, 500, n).astype(np.float32)
+    if i % 3 == 0:
+      hist[rng.integers(n)] = np.float32(0)
+    st = dataclasses.replace(state, amax_history=jnp.asarray(hist),
+                             scale=jnp.float32(rng.uniform(0.1, 9)))
+    want = st.update(jnp.asarray(amax))
+    h, s = qk.delayed_update(st.amax_history, st.scale, jnp.asarray(amax), fmt=fmt,
+                             margin=margin, algo=algo)
+    np.testing.assert_array_equal(np.asarray(h).view(np.uint32),
+                                  np.asarray(want.amax_history).view(np.uint32))
+    assert np.asarray(s).view(np.uint32) == np.asarray(want.scale).view(np.uint32), (i, a)

@@ -10,6 +10,7 @@ elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, NamedTuple
 
@@ -153,7 +154,15 @@ def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
     amax = tensor_amax(x)
   else:
     q, q_t, amax = _kernel(x, meta, transpose, quantize_kwargs, interpret)
-  new_state = state.update(amax) if state is not None else None
+  new_state = None
+  if state is not None and impl == "reference":
+    new_state = state.update(amax)
+  elif state is not None:
+    # The kernel side's integer twin of the update (one fused XLA step, no division loop)
+    hist, scale = qkernel.delayed_update(state.amax_history, state.scale, amax,
+                                         fmt=state.format, margin=state.margin,
+                                         algo=state.amax_compute_algo)
+    new_state = dataclasses.replace(state, amax_history=hist, scale=scale)
   return QuantizeResult(q, q_t, amax, new_state)
 
 

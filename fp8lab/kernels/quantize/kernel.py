@@ -47,7 +47,7 @@ from fp8lab.kernels.quantize import f32, rotate, scalars
 from fp8lab.kernels.quantize.configs import QuantizeConfig, fit_config, quantize_config
 from fp8lab.numerics.random import threefry2x32
 
-__all__ = ["KernelResult", "quantize_2d"]
+__all__ = ["KernelResult", "quantize_2d", "delayed_update"]
 
 _U = np.uint32
 
@@ -439,3 +439,24 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
                       block_shape=block, transpose=bool(transpose), sr_bits=int(sr_bits),
                       interpret=bool(interpret), config=config,
                       stochastic=key_words is not None, margin=int(margin), hadamard=hb)
+
+
+@functools.partial(jax.jit, static_argnames=("fmt", "margin", "algo"))
+def delayed_update(history, scale, amax, *, fmt: str, margin: int, algo: str):
+  """DelayedScaling.update's step on the kernel's side (scalars.delayed_update_bits, integer
+  ops, no loop): (new history, new scale) as float32 from the state's history (n,), scale
+  and this step's amax. fmt: "e4m3", "e5m2" (numerator: the element max) or "nvfp4" (2688).
+  Run by XLA after the quantize launch, in a few fused kernels."""
+  def bits(v):
+    return lax.bitcast_convert_type(jnp.asarray(v, jnp.float32), jnp.uint32)
+
+  (n,) = history.shape
+  size = 1 << max(0, (n - 1).bit_length())                 # the twin wants a power of two
+  hist = jnp.pad(bits(history), (0, size - n))
+  numerator = (scalars.NVFP4_ENC_NUMERATOR_BITS if fmt == "nvfp4"
+               else scalars.format_max_bits(fmt))
+  new_hist, new_scale = scalars.delayed_update_bits(
+      hist, bits(amax).reshape(()), bits(scale), fmt_max_bits=numerator, margin=margin,
+      algo=algo, length=n)
+  as_float = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float32)
+  return as_float(new_hist[:n]), as_float(new_scale)

@@ -25,7 +25,7 @@ __all__ = ["format_max_bits", "current_scale_bits", "delayed_update_bits", "shif
 _U = np.uint32
 AMAX_ALGOS = ("max", "most_recent")
 # 448 * 6 = 2688 (exact): S_enc's numerator (section 5, step 2).
-_NVFP4_ENC_NUMERATOR_BITS = np.float32(E4M3.max_finite * E2M1.max_finite).view(np.uint32)
+NVFP4_ENC_NUMERATOR_BITS = np.float32(E4M3.max_finite * E2M1.max_finite).view(np.uint32)
 
 
 def format_max_bits(fmt: str | ElementFormat) -> np.uint32:
@@ -103,7 +103,7 @@ def nvfp4_tensor_scales_bits(amax_bits) -> tuple[jax.Array, jax.Array]:
   S_enc = min(fl(2688 / amax), FLT_MAX), 1.0 if amax == 0 or the quotient is 0 (as unsigned
   bits, so a NaN quotient clamps to FLT_MAX, as in the golden model); S_dec = fl(1 / S_enc)."""
   amax = jnp.asarray(amax_bits, jnp.uint32)
-  s_enc = div_bits(jnp.full_like(amax, _NVFP4_ENC_NUMERATOR_BITS), amax)
+  s_enc = div_bits(jnp.full_like(amax, NVFP4_ENC_NUMERATOR_BITS), amax)
   s_enc = jnp.minimum(s_enc, FLT_MAX_BITS)
   s_enc = jnp.where((amax == _U(0)) | (s_enc == _U(0)), ONE_BITS, s_enc)
   return s_enc, div_bits(jnp.full_like(s_enc, ONE_BITS), s_enc)
