@@ -214,7 +214,10 @@ def _float_kernel_op(case: Case, interpret: bool) -> Callable[..., Any]:
         x, fmt=case.fmt, transpose=case.transpose, scale=scale, interpret=interpret,
         key_words=key_words(key) if kwargs.get("rounding") == "stochastic" else None,
         hadamard=None if had is None else (had, hadamard_signs(had)), config=cfg)
-    return r, state.update(r.amax) if case.scaling == "delayed" else None
+    if case.scaling != "delayed":
+      return r, None
+    return r, qk.delayed_update(state.amax_history, state.scale, r.amax, fmt=state.format,
+                                margin=state.margin, algo=state.amax_compute_algo)
 
   return op
 

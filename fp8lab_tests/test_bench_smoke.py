@@ -346,3 +346,25 @@ def test_scripts_use_public_kernel_names_only():
     text = open(path).read()
     assert not private.search(text), (path, private.search(text).group(0))
     assert not assign.search(text), (path, assign.search(text).group(0))
+
+
+def test_smoke_bench_quantize(tmp_path):
+  """bench_quantize.py's main on the CPU: every row ran, the kernel's bytes equal the
+  reference's (exact), and bytes_needed is x read once (twice for current scaling) plus the
+  outputs, computed here from the shapes."""
+  out = tmp_path / "quantize.json"
+  _run_script("bench_quantize.py", f"--out={out}", "--cases=e4m3_current,mxfp4,nvfp4_delayed",
+              "--impls=pallas,reference", "--xla=copy,xla_given", "--sizes=32x64")
+  with open(out) as f:
+    doc = json.load(f)
+  rows = {(r["impl"], r["op"]): r for r in doc["rows"]}
+  assert all(r["status"] == "ok" for r in rows.values()), rows
+  assert rows[("pallas", "mxfp4")]["exact"] is True
+  n = 32 * 64
+  x_bytes = 2 * n                                           # bfloat16 input
+  # mxfp4: 8 codes per word + one E8M0 scale per 32 + the float32 amax
+  assert rows[("pallas", "mxfp4")]["bytes_needed"] == x_bytes + n // 2 + n // 32 + 4
+  # e4m3 current scaling: two reads of x, 1 byte per code, tensor scale and amax
+  assert rows[("pallas", "e4m3_current")]["bytes_needed"] == 2 * x_bytes + n + 4 + 4
+  assert rows[("xla", "copy")]["bytes_needed"] == 2 * x_bytes
+  assert rows[("pallas", "mxfp4")]["pct_copy"] > 0
