@@ -301,3 +301,29 @@ def test_kernel_side_delayed_update_matches_the_state(fmt, n, algo, margin):
     np.testing.assert_array_equal(np.asarray(h).view(np.uint32),
                                   np.asarray(want.amax_history).view(np.uint32))
     assert np.asarray(s).view(np.uint32) == np.asarray(want.scale).view(np.uint32), (i, a)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8", "e4m3"])
+def test_pallas_under_vmap_matches_reference(fmt):
+  """A vmapped quantize_with_amax: per-example amax, scales and codes, as the reference."""
+  x = jnp.asarray(_specials_x((3, 8, 64), seed=11))
+  got = jax.vmap(lambda v: fp8lab.quantize_with_amax(v, fmt, implementation="pallas",
+                                                     interpret=not ON_GPU))(x)
+  want = jax.vmap(lambda v: fp8lab.quantize_with_amax(v, fmt, implementation="reference"))(x)
+  assert got.amax.shape == (3,)
+  for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+    assert np.asarray(g).tobytes() == np.asarray(w).tobytes()
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "mxfp4"])
+def test_gemv_packed_takes_kernel_made_weights(fmt):
+  """gemv_packed over a weight quantized by the kernel: the same QuantizedArray, so the same
+  product as over the golden model's weight, bit for bit (reference path)."""
+  w = jnp.asarray(_x((16, 64), seed=12))
+  v = jnp.asarray(_x((64,), seed=13))
+  qk = fp8lab.quantize(w, fmt, implementation="pallas", interpret=not ON_GPU)
+  qr = fp8lab.quantize(w, fmt, implementation="reference")
+  yk = fp8lab.gemv_packed(qk, v, implementation="reference")
+  yr = fp8lab.gemv_packed(qr, v, implementation="reference")
+  np.testing.assert_array_equal(np.asarray(yk).view(np.uint32), np.asarray(yr).view(np.uint32))
+  assert np.asarray(yk).any()
