@@ -394,12 +394,8 @@ class Grid:
   batches: tuple[int, ...]
 
   def validate(self) -> None:
-    for op in self.ops:
-      if op not in ALL_OPS:
-        raise ValueError(f"unknown op {op!r}; valid: {', '.join(ALL_OPS)}")
-    for f in self.formats:
-      if f not in FORMATS:
-        raise ValueError(f"unknown format {f!r}; valid: {', '.join(FORMATS)}")
+    cli.check_choices("op", self.ops, ALL_OPS)
+    cli.check_choices("format", self.formats, FORMATS)
     for s in self.sizes:
       parse_size(s)
     if not self.batches or any(b < 1 for b in self.batches):

@@ -407,15 +407,9 @@ def main(argv: list[str]) -> None:
   backend = jax.default_backend()
   smoke = backend == "cpu" or os.environ.get("FP8LAB_BENCH_SMOKE") == "1"
   with cli.usage_errors():
-    for c in _CASES.value:
-      if c not in CASES:
-        raise ValueError(f"unknown case {c!r}; valid: {', '.join(CASES)}")
-    for o in _XLA.value:
-      if o not in XLA_OPS:
-        raise ValueError(f"unknown XLA op {o!r}; valid: {', '.join(XLA_OPS)}")
-    for i in _IMPLS.value:
-      if i not in IMPLS:
-        raise ValueError(f"unknown implementation {i!r}; valid: {', '.join(IMPLS)}")
+    cli.check_choices("case", _CASES.value, CASES)
+    cli.check_choices("XLA op", _XLA.value, XLA_OPS)
+    cli.check_choices("implementation", _IMPLS.value, IMPLS)
     sizes = _SIZES.value or list(SMOKE_SIZES if smoke else GPU_SIZES)
     for s in sizes:
       parse_size(s)

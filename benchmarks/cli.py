@@ -6,7 +6,7 @@ import contextlib
 
 from absl import app
 
-__all__ = ["no_arguments", "usage_errors"]
+__all__ = ["no_arguments", "usage_errors", "check_choices"]
 
 
 def no_arguments(argv) -> None:
@@ -23,3 +23,11 @@ def usage_errors():
     yield
   except ValueError as e:
     raise app.UsageError(str(e)) from None
+
+
+def check_choices(what: str, values, valid) -> None:
+  """Raises ValueError for the first of `values` that is not one of `valid` (inside
+  usage_errors: a usage error naming the valid ones)."""
+  for v in values:
+    if v not in valid:
+      raise ValueError(f"unknown {what} {v!r}; valid: {', '.join(map(str, valid))}")

@@ -32,6 +32,7 @@ from fp8lab.numerics import random as fp8_random
 from fp8lab.quantized import QuantizedArray, _quantize_leaves
 from fp8lab.testing import quantized as fqt
 from fp8lab_tests.switches import grid
+from fp8lab_tests.test_quantize import assert_same_floats
 
 # Hand-written from docs/numerics.md sections 1 and 8b (not read from the registry):
 # format -> (ml_dtypes dtype, largest finite, positive NaN code, largest finite code).
@@ -131,14 +132,6 @@ def ref_codes_stochastic(v, fmt, rbits, n):
 
 def _u32(a) -> np.ndarray:
   return np.asarray(a, np.float32).view(np.uint32)
-
-
-def assert_same_floats(got, want):
-  """Bit for bit, except that any NaN matches any NaN."""
-  got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
-  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-  ok = ~np.isnan(want)
-  np.testing.assert_array_equal(_u32(got)[ok], _u32(want)[ok])
 
 
 def check_against_reference(x, fmt, axis, block_shape, mode, q=None):
