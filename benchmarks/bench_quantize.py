@@ -298,7 +298,9 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
       "date": now.isoformat(timespec="seconds"), "machine": machine_info(), "git": git_commit(),
       "smoke": smoke, "timing_method": timing.METHOD,
       "bytes_needed": "x read once (twice for current scaling) + the outputs written once; "
-                      "GBps = bytes_needed / time; pct_copy = GBps / the copy row's GBps",
+                      "GBps = bytes_needed / time; pct_copy = GBps / the copy row's GBps; "
+                      "floor_us = bytes_needed at the copy row's bandwidth (floor_device_us, "
+                      "pct_copy_device: the same by device time, on a GPU)",
       "settings": {"sizes": sizes, "cases": cases, "impls": impls, "xla": xla_ops,
                    "dtype": dtype, "reps": reps, "warmup": warmup, "interpret": interpret,
                    "history_length": HISTORY, "max_copies": max_copies},
@@ -328,7 +330,7 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
               if impl == "pallas" or (impl == "pallas_float" and name in FLOAT_CASES)
               or (si < REFERENCE_SIZES and name in REFERENCE_CASES)]
     inputs: dict[str, list] = {}
-    copy_gbps = None
+    copy_gbps = copy_dev_gbps = None
     firsts: dict[str, Any] = {}
     for impl, name, case in units:
       if budget_s and time.perf_counter() - t_start > budget_s:
@@ -349,9 +351,16 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
         passes = case.passes if case is not None else 2 if name == "xla_current" else 1
         row["bytes_needed"] = passes * x_bytes + nbytes(first)
         row["GBps"] = row["bytes_needed"] / (row["time_us"] * 1e-6) / 1e9
+        dev = row.get("device_us_per_op")
         if name == "copy":
           copy_gbps = row["GBps"]
+          copy_dev_gbps = row["bytes_needed"] / (dev * 1e-6) / 1e9 if dev else None
         row["pct_copy"] = 100 * row["GBps"] / copy_gbps if copy_gbps else None
+        # The bytes floor at the copy bandwidth of this size, by host and by device time.
+        row["floor_us"] = row["bytes_needed"] / (copy_gbps * 1e3) if copy_gbps else None
+        if dev and copy_dev_gbps:
+          row["floor_device_us"] = row["bytes_needed"] / (copy_dev_gbps * 1e3)
+          row["pct_copy_device"] = 100 * row["floor_device_us"] / dev
         if case is not None:
           firsts[(impl, name)] = first
           ref = firsts.get(("reference", name))
@@ -379,7 +388,7 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
 
 def format_table(doc: dict[str, Any]) -> str:
   lines = [f"{'size':>12} {'impl':>12} {'op':<16} {'time us':>9} {'dev us':>8} {'GB/s':>8} "
-           f"{'%copy':>6} {'exact':>5}", "-" * 82]
+           f"{'%copy':>6} {'floor':>7} {'%dev':>5} {'exact':>5}", "-" * 97]
   for r in doc["rows"]:
     if r.get("status") != "ok":
       lines.append(f"{r['size']:>12} {r['impl']:>12} {r['op']:<16} ERROR {r.get('error', '')[:60]}")
@@ -387,9 +396,13 @@ def format_table(doc: dict[str, Any]) -> str:
     dev = r.get("device_us_per_op")
     pct = r.get("pct_copy")
     exact = r.get("exact", r.get("exact_vs_pallas", "-"))
+    floor = r.get("floor_device_us") or r.get("floor_us")
+    pdev = r.get("pct_copy_device")
     lines.append(f"{r['size']:>12} {r['impl']:>12} {r['op']:<16} {r['time_us']:9.2f} "
                  f"{(f'{dev:8.1f}' if dev else '       -')} {r['GBps']:8.1f} "
-                 f"{(f'{pct:6.1f}' if pct else '     -')} {str(exact):>5}")
+                 f"{(f'{pct:6.1f}' if pct else '     -')} "
+                 f"{(f'{floor:7.1f}' if floor else '      -')} "
+                 f"{(f'{pdev:5.0f}' if pdev else '    -')} {str(exact):>5}")
   m = doc.get("machine", {})
   lines.append(f"{m.get('device_kind')} jax {m.get('jax')}, commit "
                f"{str(doc.get('git', {}).get('commit'))[:10]}")

@@ -150,6 +150,19 @@ def test_errors(kwargs, error, match):
     fp8lab.quantize_with_amax(x, fmt, **kwargs)
 
 
+@pytest.mark.parametrize("history, scale", [
+    (np.zeros((2, 4), np.float32), np.float32(1)),
+    (np.zeros((0,), np.float32), np.float32(1)),
+    (np.zeros((4,), np.float16), np.float32(1)),
+    (np.zeros((4,), np.float32), np.ones((2,), np.float32)),
+])
+def test_delayed_state_that_does_not_match(history, scale):
+  state = dataclasses.replace(fp8lab.DelayedScaling.create("e4m3", 4),
+                              amax_history=jnp.asarray(history), scale=jnp.asarray(scale))
+  with pytest.raises(ValueError, match="amax_history of shape"):
+    fp8lab.quantize_with_amax(np.ones((4, 32), np.float32), "e4m3", scaling=state)
+
+
 def test_delayed_state_of_another_format():
   with pytest.raises(ValueError, match="cannot scale"):
     fp8lab.quantize_with_amax(np.ones((4, 32), np.float32), "e4m3",

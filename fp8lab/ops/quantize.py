@@ -129,6 +129,7 @@ def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
       if scaling.format != qf.name:
         raise ValueError(f"a DelayedScaling of format {scaling.format!r} cannot scale "
                          f"{qf.name!r}; make it with DelayedScaling.create({qf.name!r}, ...)")
+      _check_state(scaling)
       state = scaling
       quantize_kwargs["scale"] = scaling.scale
     elif isinstance(scaling, (jax.Array, np.ndarray, float, np.floating)):
@@ -164,6 +165,18 @@ def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
                                          algo=state.amax_compute_algo)
     new_state = dataclasses.replace(state, amax_history=hist, scale=scale)
   return QuantizeResult(q, q_t, amax, new_state)
+
+
+def _check_state(state: DelayedScaling) -> None:
+  """A DelayedScaling whose leaves are not a float32 history (n,) and a float32 scalar scale
+  (one built by hand, or one made under jax.vmap used outside it) is a ValueError."""
+  h, s = state.amax_history, state.scale
+  if (jnp.ndim(h) != 1 or jnp.shape(h)[0] < 1 or jnp.result_type(h) != jnp.float32
+      or jnp.ndim(s) != 0 or jnp.result_type(s) != jnp.float32):
+    raise ValueError("the DelayedScaling state needs a float32 amax_history of shape (n,), "
+                     f"n >= 1, and a float32 scalar scale; got amax_history "
+                     f"{jnp.result_type(h)}{list(jnp.shape(h))}, scale "
+                     f"{jnp.result_type(s)}{list(jnp.shape(s))}")
 
 
 def _golden_leaves(x, key, scale, *, fmt, **kw):
