@@ -108,7 +108,8 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
   None). For 16 x 16 tiles `axis` only matters to the caller (the same codes)."""
   elem = _elem(spec)
   if spec.kind == "tensor":
-    p = _product(bits, jnp.full(bits.shape, scal_ref[0], jnp.uint32), spec)
+    # the scale as a scalar: its unpacking in the product is done once, not per element
+    p = _product(bits, scal_ref[0], spec)
     # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
     return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), None
   if len(spec.block) == 2:
