@@ -36,6 +36,7 @@ from benchmarks import cli  # noqa: E402
 from benchmarks import kernel_inputs as KI  # noqa: E402
 from fp8lab.formats import QUANTIZED  # noqa: E402
 from fp8lab.kernels.quantize import QuantizeConfig, quantize_2d  # noqa: E402
+from fp8lab.kernels.quantize import kernel as quantize_kernel  # noqa: E402
 
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
 warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
@@ -45,7 +46,8 @@ _DEFAULT_CASES = [f"{n}{sr}" for n in _KERNEL_FORMATS for sr in ("", ":sr")]
 _CASES = flags.DEFINE_list(
     "cases", _DEFAULT_CASES,
     f"format[:sr] items (sr: stochastic rounding); formats from {', '.join(_KERNEL_FORMATS)}.")
-_SHAPE = flags.DEFINE_string("shape", "256x1024", "x's shape R x C (the tile is --config's).")
+_SHAPE = flags.DEFINE_string("shape", "256x1024",
+                             "x's shape R x C (the tile: --config fitted to it and the layout).")
 _X_DTYPE = flags.DEFINE_enum("x_dtype", "bfloat16", ["float32", "bfloat16", "float16"],
                              "dtype of x.")
 _CONFIG = flags.DEFINE_string("config", "16:256:8",
@@ -138,7 +140,11 @@ def measure(case: str, *, shape, x_dtype, config: QuantizeConfig, transpose: boo
     raise ValueError(f"case {case!r}: want format[:sr] with a format from {_KERNEL_FORMATS}")
   ir = lower_kernel_ir(fmt, stochastic=bool(sr), shape=shape, x_dtype=x_dtype, config=config,
                        transpose=transpose)
-  tile = min(config.block_rows, shape[0]) * min(config.block_cols, shape[1])
+  # the tile the launch uses: the config fitted to the shape and the layout's grain
+  qf = QUANTIZED[fmt]
+  fitted = quantize_kernel._tiles(qf, qf.block_shape if qf.scaling != "tensor" else (),
+                                  transpose, shape[0], shape[1], config)
+  tile = fitted.block_rows * fitted.block_cols
   counts = {k: v / tile for k, v in sorted(count_ops(ir).items())}
   alu = sum(v for k, v in counts.items() if k not in MEMORY_OPS)
   return dict(case=case, format=fmt, stochastic=bool(sr), tile=tile,
