@@ -15,7 +15,10 @@ emin = 1 - b (docs/numerics.md section 2):
     code = ((te + b - 1) << m) + q,   code > max_code saturates to max_code
 
 which is exact for a normalized sig (leading one at bit 23), and for float32's own unpacking
-of a subnormal (sig = fraction, e = -126), where te = emin > e.
+of a subnormal (sig = fraction, e = -126), where te = emin > e. Round to nearest even takes
+cheaper paths of the same rule (`_rne_magnitude`, `_e2m1_rne_magnitude`: fewer integer
+instructions per element, which is what bounds the kernel); stochastic rounding takes
+`encode_parts`, the golden model's steps.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from fp8lab.formats import E8M0, ElementFormat
 from fp8lab.kernels.quantize.f32 import FLT_MAX_BITS as FLT_MAX
 from fp8lab.kernels.quantize.f32 import INF_BITS as INF
 from fp8lab.kernels.quantize.f32 import MAG_BITS as MAG
-from fp8lab.kernels.quantize.f32 import mul_bits
+from fp8lab.kernels.quantize.f32 import clz, mul_bits
 
 _U = np.uint32
 # e of a zero in unpack_normalized: below every format's emin, so te = emin and code 0.
@@ -117,14 +120,98 @@ def encode_parts(sign, e, sig, elem: ElementFormat, rbits=None, sr_bits: int = 8
   return code | (sign << _U(elem.bits - 1))
 
 
+_FRAC = _U(0x7FFFFF)
+_HIDDEN = _U(0x800000)
+
+
+def _f32(v: float) -> np.uint32:
+  return np.float32(v).view(np.uint32)
+
+
+def _rne_magnitude(biased, sig, elem: ElementFormat):
+  """Saturated magnitude code (uint32) of sig * 2^(biased - 150), rounded to nearest even.
+
+  biased: int32, the exponent in float32's bias (any value: <= 0 and > 254 too); sig: uint32
+  < 2^24 with its leading one at bit 23 (or any sig where the result is element-subnormal).
+  The module docstring's rule with te in float32's bias: te = max(biased, emin + 127), and
+  round(sig / 2^shift) as ONE add and shift: sig + (2^(shift-1) - 1) + (the kept lsb)
+  carries past bit shift exactly when the dropped part is above half, or half with an odd
+  lsb. shift > 31 (clamped to 31) leaves sig < 2^24 < 2^30 below half: 0, as the general
+  path. The code's exponent field is te - (emin + 127) (0 for subnormal codes, whose q
+  carries into the first normal code by itself)."""
+  m = elem.mantissa_bits
+  emin_b = elem.emin + 127
+  te = jnp.maximum(biased, emin_b)
+  shift = jnp.minimum(te - biased + (23 - m), 31).astype(jnp.uint32)      # >= 20
+  half_m1 = _U(0xFFFFFFFF) >> (_U(33) - shift)                           # 2^(shift-1) - 1
+  q = (sig + half_m1 + ((sig >> shift) & _U(1))) >> shift                 # < 2^31: no wrap
+  code = ((te - emin_b).astype(jnp.uint32) << _U(m)) + q
+  return jnp.minimum(code, _U(elem.max_code))                             # satfinite
+
+
+def _e2m1_rne_magnitude(mag):
+  """Saturated e2m1 magnitude code (0..7) of float32 magnitude bits, nearest even.
+
+  Non-negative floats order as their bits (as unsigned integers), so comparisons with the
+  bits of the midpoints are exact. Below 1.0 the codes are 0, 1, 2 (0, 0.5, 1): midpoint
+  0.25 ties to code 0 (a > 0.25), 0.75 ties to code 2 (a >= 0.75). From 1.0 up the codes
+  are normal, and round to nearest even is the bits' own: rebias float32's exponent to
+  e2m1's (1.0 = 0x3F800000 -> code 2), add 2^21 - 1 plus the kept lsb, shift out 22 bits;
+  +-Inf and everything >= 6 saturate to 7 (a NaN gives 7: the callers force NaN blocks)."""
+  low = ((mag > _f32(0.25)).astype(jnp.uint32)
+         + (mag >= _f32(0.75)).astype(jnp.uint32))
+  rebias = _U(((1 << 21) - 1 - (252 << 22)) % (1 << 32))      # mod 2^32: a >= 1.0 only
+  high = (mag + rebias + ((mag >> _U(22)) & _U(1))) >> _U(22)
+  return jnp.where(mag < _f32(1.0), low, jnp.minimum(high, _U(7)))
+
+
+def _with_sign(code, bits, elem: ElementFormat):
+  return code | ((bits >> _U(31)) << _U(elem.bits - 1))
+
+
 def encode_bits(bits, elem: ElementFormat, rbits=None, sr_bits: int = 8,
                 nan_code: int | None = None):
-  """Saturating code of float32 bits; a NaN gives `nan_code` (None: no NaN can occur)."""
-  sign, e, sig = unpack(bits)
-  code = encode_parts(sign, e, sig, elem, rbits, sr_bits)
+  """Saturating code of float32 bits; a NaN gives `nan_code` (None: no NaN can occur).
+
+  Nearest even: `_e2m1_rne_magnitude` for e2m1, else `_rne_magnitude` on float32's fields
+  with the hidden bit set unconditionally: for a float32 subnormal or zero (biased 0) that
+  reads sig as up to 2^24 * 2^-150, far below half of every format's smallest code, and
+  the clamped shift rounds it to 0 as the exact value does. Stochastic: `encode_parts`."""
+  mag = bits & MAG
+  if rbits is not None:
+    sign, e, sig = unpack(bits)
+    code = encode_parts(sign, e, sig, elem, rbits, sr_bits)
+  elif elem.mantissa_bits == 1 and elem.bits == 4:
+    code = _with_sign(_e2m1_rne_magnitude(mag), bits, elem)
+  else:
+    code = _with_sign(_rne_magnitude(i32(mag >> _U(23)), (mag & _FRAC) | _HIDDEN, elem),
+                      bits, elem)
   if nan_code is not None:
-    code = jnp.where((bits & MAG) > INF, _U(nan_code), code)
+    code = jnp.where(mag > INF, _U(nan_code), code)
   return code
+
+
+def encode_shifted(bits, s, elem: ElementFormat, rbits=None, sr_bits: int = 8):
+  """Saturating code of x * 2^-s (MX elements: s the int32 shared exponent of each
+  element's block), x given by float32 bits; NaN / Inf blocks are the caller's.
+
+  The exponent shift is an integer subtraction from float32's exponent field, exact for
+  any result (no float32 range: the encoder takes the exponent as an int32), so it equals
+  the golden model's ldexp wherever that is exact; where ldexp rounds (results below
+  2^-126) every element format encodes +-0 either way. Subnormal inputs are normalized
+  first (clz), as their scaled value may be a normal code (s down to -127)."""
+  mag = bits & MAG
+  biased = i32(mag >> _U(23))
+  frac = mag & _FRAC
+  # clz of frac | 1: the leading one of a subnormal's fraction moved to bit 23 (1..23
+  # places); a zero keeps sig = 0, whatever its exponent.
+  lead = clz(frac | _U(1)) - 8
+  sub = biased == 0
+  sig = jnp.where(sub, frac << lead.astype(jnp.uint32), frac | _HIDDEN)
+  biased = jnp.where(sub, 1 - lead, biased) - s
+  if rbits is not None:
+    return encode_parts(bits >> _U(31), biased - 127, sig, elem, rbits, sr_bits)
+  return _with_sign(_rne_magnitude(biased, sig, elem), bits, elem)
 
 
 # ----------------------------------------------------------------------------------------

@@ -108,7 +108,8 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
   None). For 16 x 16 tiles `axis` only matters to the caller (the same codes)."""
   elem = _elem(spec)
   if spec.kind == "tensor":
-    p = _product(bits, jnp.full(bits.shape, scal_ref[0], jnp.uint32), spec)
+    # the scale as a scalar: its unpacking in the product is done once, not per element
+    p = _product(bits, scal_ref[0], spec)
     # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
     return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), None
   if len(spec.block) == 2:
@@ -127,8 +128,7 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     sc = enc.mx_scale_code(bm, s)
     # x * 2^-s as an exponent shift: exact where the golden model's ldexp is; where ldexp
     # rounds (a float32-subnormal result, < 2^-126) every element format encodes +-0 anyway
-    sign, e, sig = enc.unpack_normalized(bits)
-    codes = enc.encode_parts(sign, e - grow(s), sig, elem, rbits, spec.sr_bits)
+    codes = enc.encode_shifted(bits, grow(s), elem, rbits, spec.sr_bits)
   else:                                                     # nvfp4, docs/numerics.md 5
     sf = jnp.full(bm.shape, scal_ref[0], jnp.uint32)       # fl(S_enc * fl(1/6))
     sc = enc.encode_bits(f32.mul_bits(bm, sf), E4M3)
