@@ -21,6 +21,7 @@ import numpy as np
 from fp8lab import quantized as golden
 from fp8lab.formats import get_quantized_format
 from fp8lab.kernels import quantize as qkernel
+from fp8lab.kernels.quantize import blockwise as qblockwise
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.hadamard import hadamard_signs
@@ -191,13 +192,19 @@ def kernel_serves(meta: QuantizedArray, *, ndim: int, transpose: bool,
   `meta` is the call's (abstract) QuantizedArray; the kernel works on x as 2D rows
   quantized along the last axis (leading axes folded into rows)."""
   qf = get_quantized_format(meta.format)
-  if qf.scaling not in ("tensor", "mx", "nvfp4"):
+  if qf.scaling not in ("tensor", "mx", "nvfp4", "block"):
     return f"the kernel does not serve {qf.name!r} (scaling {qf.scaling!r})"
+  if qf.scaling == "block":
+    why = qblockwise.unserved_block(qf.name, meta.block_shape)
+    if why is not None:
+      return why
   if meta.axis != ndim - 1:
     return "the kernel quantizes along the last axis only"
   if meta.block_shape is not None and len(meta.block_shape) == 2 and ndim != 2:
-    return "the kernel tiles 2D (16x16) block scales of a 2D x only"
+    return "the kernel tiles 2D (16x16, 128x128) block scales of a 2D x only"
   spec = meta.hadamard
+  if spec is not None and qf.scaling == "block":
+    return "the kernel does not fuse a Hadamard rotation with blockwise FP8"
   if spec is not None:
     if spec.block not in (16, 32):
       return f"the kernel fuses Hadamard blocks of 16 and 32, not {spec.block}"
@@ -237,7 +244,7 @@ def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool)
     key_words = fp8_random.key_words(kw["key"])
   scale = kw.get("scale")
   res = qkernel.quantize_2d(
-      x2, fmt=qf.name, scale_mode=meta.scale_mode or "floor", block_shape=meta.block_shape,
+      x2, fmt=qf.name, scale_mode=meta.scale_mode, block_shape=meta.block_shape,
       scale=None if scale is None else jnp.asarray(scale, jnp.float32).reshape(()),
       margin=kw.get("margin", 0), transpose=transpose, key_words=key_words,
       sr_bits=kw.get("sr_bits", 8), interpret=interpret,

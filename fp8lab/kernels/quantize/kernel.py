@@ -9,14 +9,17 @@ Each program then, in registers:
   1. widens the tile to float32 bit patterns (integer ops, encode.to_f32_bits) and takes
      the magnitudes;
   2. reduces them per block (32 along the row for MX, 16 for nvfp4, 16 x 16 tiles) to the
-     block maxima, which give the scale codes and (>= Inf) the NaN / Inf blocks;
+     block maxima, which give the scale codes and (>= Inf) the NaN / Inf blocks; blockwise
+     FP8 (blocks of 16..256, 128 x 128 tiles) reduces the finite magnitudes and divides
+     once per block for its float32 scales (blockwise.py);
   3. encodes every element (encode.py: integer ops only) from the scaled value the golden
-     model rounds (MX: x * 2^-s as an exponent shift; nvfp4: fl(x * enc_b); e4m3 / e5m2:
-     fl(x * scale), exact float32 products on integers), rounding to nearest even or
-     stochastically with threefry2x32 bits drawn from each element's flat index;
+     model rounds (MX: x * 2^-s as an exponent shift; nvfp4: fl(x * enc_b); e4m3 / e5m2 and
+     blockwise: fl(x * scale), exact float32 products on integers), rounding to nearest even
+     or stochastically with threefry2x32 bits drawn from each element's flat index;
   4. packs the codes along the row into uint32 words and stores them, with the scale codes
-     (uint8), and writes its largest finite magnitude to one slot of a per-program amax
-     output, which the wrapper reduces with a max (order-free, so deterministic).
+     (uint8; blockwise: the float32 bits of 1 / scale as uint32), and writes its largest
+     finite magnitude to one slot of a per-program amax output, which the wrapper reduces
+     with a max (order-free, so deterministic).
 With transpose=True the same tile is also blocked along its columns (x's first axis) and
 packed along them, and stored into quantize(x.T)'s arrays: both orientations come from one
 read of x. Masked-off stores point one past the end of their output (interpret mode writes
@@ -43,7 +46,7 @@ import numpy as np
 
 from fp8lab.formats import E2M1, E4M3, ElementFormat, QuantizedFormat, get_quantized_format
 from fp8lab.kernels.quantize import encode as enc
-from fp8lab.kernels.quantize import f32, rotate, scalars
+from fp8lab.kernels.quantize import blockwise, f32, rotate, scalars
 from fp8lab.kernels.quantize.configs import QuantizeConfig, fit_config, quantize_config
 from fp8lab.numerics.random import threefry2x32
 
@@ -68,7 +71,7 @@ class KernelResult(NamedTuple):
 class _Spec(NamedTuple):
   """Static facts of one launch."""
   fmt: str
-  kind: str                 # "tensor", "mx", "nvfp4"
+  kind: str                 # "tensor", "mx", "nvfp4", "block"
   block: tuple[int, ...]    # () for tensor formats
   scale_mode: str
   rows: int
@@ -85,6 +88,12 @@ class _Spec(NamedTuple):
 
 def _elem(spec: _Spec) -> ElementFormat:
   return get_quantized_format(spec.fmt).element
+
+
+def _scale_dtype(kind: str):
+  """dtype the kernel stores block scales in: uint8 codes, or (blockwise) uint32 float32 bits,
+  which the wrapper bitcasts to float32 (no float conversion touches them)."""
+  return jnp.uint32 if kind == "block" else jnp.uint8
 
 
 def _random_bits(scal_ref, idx):
@@ -105,13 +114,16 @@ def _product(bits, factor_bits, spec: _Spec):
 
 def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
   """(codes, scale codes) of a tile blocked along `axis` (codes uint32, scales uint32 or
-  None). For 16 x 16 tiles `axis` only matters to the caller (the same codes)."""
+  None; blockwise: the float32 bits of the stored 1 / scale). For 2D tiles `axis` only
+  matters to the caller (the same codes)."""
   elem = _elem(spec)
   if spec.kind == "tensor":
     # the scale as a scalar: its unpacking in the product is done once, not per element
     p = _product(bits, scal_ref[0], spec)
     # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
     return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), None
+  if spec.kind == "block":                 # docs/numerics.md section 8b: finite block amax
+    mag = blockwise.finite_magnitudes(mag)
   if len(spec.block) == 2:
     br, bc = spec.block
     bm = enc.tile_max(mag, br, bc)
@@ -120,6 +132,11 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     (b,) = spec.block
     bm = enc.block_max(mag, axis, b)
     grow = functools.partial(enc.expand, axis=axis, b=b)
+  if spec.kind == "block":
+    scale, scale_inv = blockwise.block_scale_bits(bm, elem, spec.scale_mode)
+    p = _product(bits, grow(scale), spec)
+    # as the per-tensor formats: NaN -> the positive NaN code, +-Inf saturates
+    return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), scale_inv
   nonfinite = bm >= enc.INF
   if spec.kind == "mx":
     # rceil's fl(1 / elem_max): numpy's float32 division is IEEE, a constant of the launch
@@ -177,6 +194,7 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   elem = _elem(spec)
   pw = elem.per_word
   R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
+  s_dtype = _scale_dtype(spec.kind)
 
   pid = pl.program_id(0)
   rb, cb = pid // spec.n_cb, pid % spec.n_cb
@@ -209,11 +227,11 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
       br, bc = spec.block
       srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
       scols = cb * (tc // bc) + lax.iota(jnp.int32, tc // bc)
-      _store(scales_ref, sc, srows, scols, -(-R // br), -(-C // bc), jnp.uint8)
+      _store(scales_ref, sc, srows, scols, -(-R // br), -(-C // bc), s_dtype)
     else:
       (b,) = spec.block
       scols = cb * (tc // b) + lax.iota(jnp.int32, tc // b)
-      _store(scales_ref, sc, rows, scols, R, -(-C // b), jnp.uint8)
+      _store(scales_ref, sc, rows, scols, R, -(-C // b), s_dtype)
   if not spec.transpose:
     return
   # quantize(x.T): blocks along x's first axis, words packed along it, stored at [c, r / pw]
@@ -233,11 +251,11 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
     if tiles2d:
       br, bc = spec.block
       # x.T's tile (j, i) is x's tile (i, j) transposed: the same codes
-      _store_rows_t(scales_t_ref, sc_t, srows, scols, -(-R // br), -(-C // bc), jnp.uint8)
+      _store_rows_t(scales_t_ref, sc_t, srows, scols, -(-R // br), -(-C // bc), s_dtype)
     else:
       (b,) = spec.block
       brows = rb * (tr // b) + lax.iota(jnp.int32, tr // b)
-      _store_rows_t(scales_t_ref, sc_t, brows, cols, -(-R // b), C, jnp.uint8)
+      _store_rows_t(scales_t_ref, sc_t, brows, cols, -(-R // b), C, s_dtype)
 
 
 
@@ -347,7 +365,7 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
                else (rows, -(-cols // block[0])))
   outs = [jax.ShapeDtypeStruct((rows * -(-cols // pw),), jnp.uint32)]
   if has_scales:
-    outs.append(jax.ShapeDtypeStruct((n_scale[0] * n_scale[1],), jnp.uint8))
+    outs.append(jax.ShapeDtypeStruct((n_scale[0] * n_scale[1],), _scale_dtype(kind)))
   outs.append(jax.ShapeDtypeStruct((n_prog,), jnp.uint32))
   n_scale_t = None
   if transpose:
@@ -355,7 +373,7 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
     if has_scales:
       n_scale_t = ((n_scale[1], n_scale[0]) if len(block) == 2
                    else (cols, -(-rows // block[0])))
-      outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), jnp.uint8))
+      outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), _scale_dtype(kind)))
   operands = ([x.reshape(-1), scal] + ([table] if kind == "nvfp4" else [])
               + ([signs] if hadamard else []))
   res = list(pl.pallas_call(
@@ -364,19 +382,21 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
                                            num_stages=cfg.num_stages),
       interpret=interpret, name=f"fp8lab_quantize_{qf.name}")(*operands))
+  as_float = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float32)
+  # blockwise scales: float32 values, stored as their bits
+  scale_out = as_float if kind == "block" else (lambda v: v)
   data = res.pop(0).reshape(rows, -(-cols // pw))
-  scales = res.pop(0).reshape(n_scale) if has_scales else None
+  scales = scale_out(res.pop(0).reshape(n_scale)) if has_scales else None
   partial_amax = jnp.max(res.pop(0))
   data_t = scales_t = None
   if transpose:
     data_t = res.pop(0).reshape(cols, -(-rows // pw))
-    scales_t = res.pop(0).reshape(n_scale_t) if has_scales else None
-  as_float = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float32)
+    scales_t = scale_out(res.pop(0).reshape(n_scale_t)) if has_scales else None
   return KernelResult(data, scales, None if tensor_scale is None else as_float(tensor_scale),
                       as_float(partial_amax), data_t, scales_t)
 
 
-def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
+def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
                 block_shape: tuple[int, ...] | None = None, scale=None, amax=None,
                 margin: int = 0, transpose: bool = False, key_words=None, sr_bits: int = 8,
                 hadamard: tuple[int, jax.Array] | None = None, interpret: bool = False,
@@ -387,9 +407,11 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
 
   Args:
     x: (R, C) float32 / bfloat16 / float16.
-    fmt: a registry format with scaling "tensor" (needs `scale`), "mx" or "nvfp4".
-    scale_mode: MX scale rule (floor / ceil / even / rceil).
-    block_shape: None for the format's default; nvfp4 also (16, 16).
+    fmt: a registry format with scaling "tensor", "mx", "nvfp4" or "block" (blockwise FP8).
+    scale_mode: MX (floor / ceil / even / rceil) and blockwise (exact / pow2) scale rule;
+      None: the format's default. Other formats ignore it.
+    block_shape: None for the format's default; nvfp4 also (16, 16); blockwise FP8 (b,) for
+      b in blockwise.BLOCK_LENGTHS (16 .. 256, powers of two) or (128, 128).
     scale: per-tensor formats: the float32 quantization factor (scalar), used as is; None:
       current scaling (a first pass takes the amax, the scale is fmt_max / amax / 2^margin);
       nvfp4: a given S_enc, used as is (S_dec = fl(1 / S_enc)); then `amax` is ignored.
@@ -409,16 +431,25 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
   ValueError only for what the kernel cannot do.
   """
   qf = get_quantized_format(fmt)
-  if qf.scaling not in ("tensor", "mx", "nvfp4"):
+  if qf.scaling not in ("tensor", "mx", "nvfp4", "block"):
     raise ValueError(f"the quantize kernel has no {qf.name!r} (scaling {qf.scaling!r})")
   x = jnp.asarray(x)
   if x.ndim != 2:
     raise ValueError(f"quantize_2d takes a 2D x, got shape {x.shape}")
   block = qf.block_shape if block_shape is None else tuple(int(b) for b in block_shape)
-  if qf.scaling != "tensor" and block not in qf.block_shapes:
+  if qf.scaling == "block":
+    why = blockwise.unserved_block(qf.name, block)
+    if why is not None:
+      raise ValueError(why)
+  elif qf.scaling != "tensor" and block not in qf.block_shapes:
     raise ValueError(f"block_shape {block} is not valid for {qf.name!r}")
-  if qf.scaling != "mx":
-    scale_mode = "floor"
+  if qf.scaling in ("mx", "block"):
+    scale_mode = qf.scale_modes[0] if scale_mode is None else scale_mode
+    if scale_mode not in qf.scale_modes:
+      raise ValueError(f"scale_mode for {qf.name!r} must be one of {qf.scale_modes}, got "
+                       f"{scale_mode!r}")
+  else:
+    scale_mode = "floor"                   # no scale rule: one jit key for every call
   key = None
   if key_words is not None:
     key = jnp.stack([jnp.asarray(key_words[0], jnp.uint32),
@@ -427,6 +458,8 @@ def quantize_2d(x, *, fmt: str, scale_mode: str = "floor",
   amax = None if amax is None else jnp.asarray(amax, jnp.float32)
   hb, signs = 0, None
   if hadamard is not None:
+    if qf.scaling == "block":
+      raise ValueError("the kernel does not fuse a Hadamard rotation with blockwise FP8")
     hb, signs = int(hadamard[0]), jnp.asarray(hadamard[1], jnp.uint32).reshape(-1)
     if hb not in (16, 32) or signs.shape != (hb,) or x.shape[1] % hb:
       raise ValueError(f"hadamard must be (16 or 32, ({hb},) sign masks) over columns that "
