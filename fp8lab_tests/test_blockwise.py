@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+import hypothesis
 from hypothesis import given, settings, strategies as st
 from hypothesis.errors import InvalidArgument
 
@@ -426,7 +427,12 @@ def test_quantize_inputs_draw_the_blockwise_formats():
 
   seen = _count(fqt.quantize_inputs(FMTS, tiles=False), 100, key)
   for b in fqt.FREE_BLOCK_LENGTHS:
-    assert seen["block", (b,)], b
+    # A search, not a count over 100 draws: which lengths those draws hit varied between
+    # processes (a run under pytest-xdist missed 96).
+    hypothesis.find(fqt.quantize_inputs(FMTS, tiles=False),
+                    lambda kw, b=b: kw.get("block_shape", (128,)) == (b,),
+                    settings=settings(max_examples=2000, database=None, derandomize=True,
+                                      phases=[hypothesis.Phase.generate]))   # no shrinking
   assert seen["partial", True]
   for fmt in FMTS:
     assert seen["mode", fmt, "exact"] and seen["mode", fmt, "pow2"], fmt

@@ -251,10 +251,10 @@ def test_pallas_under_jit_is_deterministic():
     assert np.asarray(u).tobytes() == np.asarray(v).tobytes()
 
 
-def test_pallas_rejects_blockwise():
+def test_pallas_rejects_blockwise_lengths_it_does_not_tile():
   with pytest.raises(ValueError, match="does not serve 'e4m3_block'"):
-    fp8lab.quantize(np.ones((4, 128), np.float32), "e4m3_block", implementation="pallas",
-                    interpret=True)
+    fp8lab.quantize(np.ones((4, 160), np.float32), "e4m3_block", block_shape=(80,),
+                    implementation="pallas", interpret=True)
 
 
 @pytest.mark.parametrize("fmt, block, signs, scaling", [
