@@ -61,7 +61,8 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   default_files="fp8lab_tests/test_gemv.py fp8lab_tests/test_ops.py fp8lab_tests/test_golden_gpu.py"
   if [ "$BENCH" = quantize ]; then
     default_files="fp8lab_tests/test_quantize_kernel.py fp8lab_tests/test_quantize_op.py \
-      fp8lab_tests/test_quantize_scalars.py"
+      fp8lab_tests/test_quantize_scalars.py fp8lab_tests/test_quantize_kernel_blockwise.py \
+      fp8lab_tests/test_quantize_encoders.py"
   fi
   test_files=${GPU_RUN_TEST_FILES:-$default_files}
   # shellcheck disable=SC2086  # word lists on purpose
