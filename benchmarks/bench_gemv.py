@@ -60,7 +60,7 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
-from benchmarks.run_info import git_commit, machine_info, slug  # noqa: E402
+from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
 from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
 from fp8lab.kernels import gemv as gemv_kernel  # noqa: E402
 
@@ -627,12 +627,7 @@ def main(argv: list[str]) -> None:
   sizes = _SIZES.value or list(SMOKE_SIZES if smoke else GPU_SIZES)
   batches = batches or list(SMOKE_BATCHES if smoke else GPU_BATCHES)
   interpret = _INTERPRET.value if _INTERPRET.value is not None else backend == "cpu"
-  out = _OUT.value
-  if not out:
-    kind = "cpu" if backend == "cpu" else slug(jax.devices()[0].device_kind)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
-    out = os.path.join(_REPO, "benchmarks", "results",
-                       f"gemv_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
+  out = _OUT.value or default_out("gemv", smoke)
   default = Grid(ops=tuple(_OPS.value), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
                  batches=tuple(batches))
   with cli.usage_errors():

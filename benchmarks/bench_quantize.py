@@ -50,7 +50,7 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
-from benchmarks.run_info import git_commit, machine_info, slug  # noqa: E402
+from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -427,12 +427,7 @@ def main(argv: list[str]) -> None:
     for s in sizes:
       parse_size(s)
   interpret = _INTERPRET.value if _INTERPRET.value is not None else backend == "cpu"
-  out = _OUT.value
-  if not out:
-    kind = "cpu" if backend == "cpu" else slug(jax.devices()[0].device_kind)
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
-    out = os.path.join(_REPO, "benchmarks", "results",
-                       f"quantize_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
+  out = _OUT.value or default_out("quantize", smoke)
   doc = run_benchmark(sizes=sizes, cases=_CASES.value, impls=_IMPLS.value, xla_ops=_XLA.value,
                       dtype=_DTYPE.value, out_path=out,
                       reps=_REPS.value or (2 if smoke else 30),

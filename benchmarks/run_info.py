@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import subprocess
@@ -9,7 +10,7 @@ from typing import Any
 
 import jax
 
-__all__ = ["git_commit", "machine_info", "slug"]
+__all__ = ["git_commit", "machine_info", "slug", "default_out"]
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,3 +46,12 @@ def machine_info() -> dict[str, Any]:
       "jaxlib": jaxlib.__version__,
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
   }
+
+
+def default_out(bench: str, smoke: bool) -> str:
+  """benchmarks/results/<bench>_<device kind or cpu>[_smoke]_<UTC stamp>.json."""
+  backend = jax.default_backend()
+  kind = "cpu" if backend == "cpu" else slug(jax.devices()[0].device_kind)
+  stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
+  return os.path.join(_REPO, "benchmarks", "results",
+                      f"{bench}_{kind}{'_smoke' if smoke else ''}_{stamp}.json")

@@ -49,6 +49,7 @@ from fp8lab.quantized import QuantizedArray
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
 warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
 
+from fp8lab_tests.lowering import triton_irs
 from fp8lab_tests.switches import ON_GPU, gpu, grid
 INTERPRET = not ON_GPU
 # (n_out, k): odd sizes, so that row blocks and the K tail are partial and k is not a
@@ -1131,7 +1132,6 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   the IR; the integer decode has no such asm. NVFP4's native scale decode (native_scale) is
   one such e4m3 cvt per K step. The asm e2m1 decode (asm_e2m1) is 8 integer inline-PTX
   planes per K step, no cvt."""
-  from jax._src.pallas.triton import lowering as triton_lowering
   fmt, elem, block = FORMATS[name]
   native, asm = decode == "native", decode == "asm"
   plan = G.format_plan(fmt, elem, block, native_fp8=native, asm_e2m1=asm)
@@ -1143,27 +1143,10 @@ def test_kernel_ir_has_no_fp8_or_fp4_types(name, decode):
   if plan.block_scaled:
     s_shape = jax.ShapeDtypeStruct((n // plan.scale_row_div, k // block[-1]), jnp.uint8)
   ts = jax.ShapeDtypeStruct((), jnp.float32) if plan.has_tensor_scale else None
-  captured = []
-  real = triton_lowering.lower_jaxpr_to_triton_module
-
-  def spy(*a, **kw):
-    res = real(*a, **kw)
-    captured.append(res.module.operation.get_asm())
-    return res
-
-  ad = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
-  mesh = jax.sharding.AbstractMesh((1,), ("x",), (jax.sharding.AxisType.Explicit,),
-                                   abstract_device=ad)
-  triton_lowering.lower_jaxpr_to_triton_module = spy
-  try:
-    for batch in (1, 16):
-      f = functools.partial(G.gemv_pallas, plan=plan, n_out=n, k=k)
-      with jax.sharding.use_abstract_mesh(mesh):
-        jax.jit(f).trace(jax.ShapeDtypeStruct((n, kw_), jnp.uint32), s_shape, ts,
-                         jax.ShapeDtypeStruct((batch, k), jnp.float32)).lower(
-                             lowering_platforms=("cuda",))
-  finally:
-    triton_lowering.lower_jaxpr_to_triton_module = real
+  f = functools.partial(G.gemv_pallas, plan=plan, n_out=n, k=k)
+  captured = [ir for batch in (1, 16)
+              for ir in triton_irs(f, jax.ShapeDtypeStruct((n, kw_), jnp.uint32), s_shape, ts,
+                                   jax.ShapeDtypeStruct((batch, k), jnp.float32))]
   for ir in captured:                      # the GEMV and, at batch 16, x's preparation
     assert "tt.func" in ir
     assert not _FP8_TYPES.search(ir), _FP8_TYPES.search(ir).group(0)

@@ -30,6 +30,7 @@ from fp8lab.kernels.quantize import configs as QC
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics import scales as sc
 from fp8lab.numerics.codec import encode_bits
+from fp8lab_tests.lowering import triton_irs
 from fp8lab_tests.switches import ON_GPU
 
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
@@ -354,45 +355,25 @@ def test_lowers_for_cuda_without_float_division_or_fp8():
   Triton IR for an H200 from this host (an abstract GPU device): no float division
   (approximate there), no fp8 types (saturating casts); float multiplies only with
   QuantizeConfig.float_products (tried on the layouts that multiply)."""
-  from jax._src.pallas.triton import lowering as triton_lowering
-  captured = []
-  real = triton_lowering.lower_jaxpr_to_triton_module
-
-  def spy(*a, **kw):
-    res = real(*a, **kw)
-    captured.append((kw.get("name") or "", res.module.operation.get_asm()))
-    return res
-
-  ad = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
-  mesh = jax.sharding.AbstractMesh((1,), ("x",), (jax.sharding.AxisType.Explicit,),
-                                   abstract_device=ad)
   runs = [(fmt, b, (1, 2), False, None) for fmt, b in LAYOUTS]
   runs += [(fmt, b, None, True, None) for fmt, b in LAYOUTS if fmt not in MX]
   # The fused Hadamard rotation (rows only), integer and float arithmetic.
   runs += [(fmt, b, (1, 2), fp, h) for fmt, b, h in (("mxfp4", (32,), 32), ("nvfp4", (16,), 16),
                                                       ("e4m3", None, 16))
            for fp in (False, True)]
-  triton_lowering.lower_jaxpr_to_triton_module = spy
-  try:
-    for fmt, block_shape, sr, fp, had in runs:
-      f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape,
-                            transpose=had is None,
-                            scale=1.0 if fmt in PER_TENSOR or had else None, key_words=sr,
-                            hadamard=None if had is None else (had, np.zeros(had, np.uint32)),
-                            config=QuantizeConfig(16, 256, 8, float_products=fp))
-      n = len(captured)
-      with jax.sharding.use_abstract_mesh(mesh):
-        jax.jit(f).trace(jax.ShapeDtypeStruct((96, 320), jnp.bfloat16)).lower(
-            lowering_platforms=("cuda",))
-      irs = [ir for _, ir in captured[n:]]
-      # nvfp4's first pass (amax) unless S_enc is given
-      assert len(irs) == (2 if fmt == "nvfp4" and had is None else 1)
-      for ir in irs:
-        assert "tt.func" in ir
-        assert "divf" not in ir and "f8E" not in ir
-        # math.ctlz (clz of a uint32) lowers here but Triton cannot compile it (H200 run of
-        # 2026-12-01): clz must go through int32 (__nv_clz)
-        assert "math.ctlz" not in ir
-      assert ("arith.mulf" in irs[-1]) == fp
-  finally:
-    triton_lowering.lower_jaxpr_to_triton_module = real
+  for fmt, block_shape, sr, fp, had in runs:
+    f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape,
+                          transpose=had is None,
+                          scale=1.0 if fmt in PER_TENSOR or had else None, key_words=sr,
+                          hadamard=None if had is None else (had, np.zeros(had, np.uint32)),
+                          config=QuantizeConfig(16, 256, 8, float_products=fp))
+    irs = triton_irs(f, jax.ShapeDtypeStruct((96, 320), jnp.bfloat16))
+    # nvfp4's first pass (amax) unless S_enc is given
+    assert len(irs) == (2 if fmt == "nvfp4" and had is None else 1)
+    for ir in irs:
+      assert "tt.func" in ir
+      assert "divf" not in ir and "f8E" not in ir
+      # math.ctlz (clz of a uint32) lowers here but Triton cannot compile it (H200 run of
+      # 2026-12-01): clz must go through int32 (__nv_clz)
+      assert "math.ctlz" not in ir
+    assert ("arith.mulf" in irs[-1]) == fp

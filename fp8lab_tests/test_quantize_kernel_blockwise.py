@@ -33,6 +33,7 @@ from fp8lab.kernels.quantize import blockwise
 from fp8lab.numerics import random as fp8_random
 from fp8lab.ops.quantize import kernel_serves
 from fp8lab.quantized import quantize as golden_quantize
+from fp8lab_tests.lowering import triton_irs
 from fp8lab_tests.switches import ON_GPU
 
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
@@ -324,35 +325,15 @@ def test_lowers_for_cuda_without_float_division_or_fp8():
   there: the per-block fl(fp8_max / amax) and fl(1 / scale) are integer long divisions), no
   fp8 types (saturating casts), no math.ctlz (Triton cannot compile it); a float multiply
   only with QuantizeConfig.float_products."""
-  from jax._src.pallas.triton import lowering as triton_lowering
-  captured = []
-  real = triton_lowering.lower_jaxpr_to_triton_module
-
-  def spy(*a, **kw):
-    res = real(*a, **kw)
-    captured.append(res.module.operation.get_asm())
-    return res
-
-  ad = jax.sharding.AbstractDevice(device_kind="NVIDIA H200", num_cores=None, platform="gpu")
-  mesh = jax.sharding.AbstractMesh((1,), ("x",), (jax.sharding.AxisType.Explicit,),
-                                   abstract_device=ad)
   runs = [("e4m3_block", (16,), "exact", False), ("e5m2_block", (128,), "pow2", False),
           ("e4m3_block", (256,), "exact", False), ("e5m2_block", (128, 128), "pow2", False),
           ("e4m3_block", (128, 128), "exact", True), ("e5m2_block", (64,), "pow2", True)]
-  triton_lowering.lower_jaxpr_to_triton_module = spy
-  try:
-    for fmt, block_shape, mode, fp in runs:
-      f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape, scale_mode=mode,
-                            transpose=True, key_words=(1, 2),
-                            config=QuantizeConfig(16, 256, 8, float_products=fp))
-      n = len(captured)
-      with jax.sharding.use_abstract_mesh(mesh):
-        jax.jit(f).trace(jax.ShapeDtypeStruct((160, 320), jnp.bfloat16)).lower(
-            lowering_platforms=("cuda",))
-      (ir,) = captured[n:]                                 # one launch: no first pass
-      assert "tt.func" in ir
-      assert "divf" not in ir and "f8E" not in ir and "math.ctlz" not in ir
-      assert "arith.divui" in ir                           # the integer long division
-      assert ("arith.mulf" in ir) == fp
-  finally:
-    triton_lowering.lower_jaxpr_to_triton_module = real
+  for fmt, block_shape, mode, fp in runs:
+    f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape, scale_mode=mode,
+                          transpose=True, key_words=(1, 2),
+                          config=QuantizeConfig(16, 256, 8, float_products=fp))
+    (ir,) = triton_irs(f, jax.ShapeDtypeStruct((160, 320), jnp.bfloat16))  # no first pass
+    assert "tt.func" in ir
+    assert "divf" not in ir and "f8E" not in ir and "math.ctlz" not in ir
+    assert "arith.divui" in ir                             # the integer long division
+    assert ("arith.mulf" in ir) == fp
