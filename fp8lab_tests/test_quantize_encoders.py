@@ -22,6 +22,8 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
+from benchmarks import ir_ops
+
 from fp8lab import testing as fpt
 from fp8lab.formats import E2M1, E4M3, E5M2
 from fp8lab.kernels.quantize import encode as enc
@@ -152,15 +154,6 @@ def test_raw_bit_patterns_nearest_even(data):
 # ----------------------------------------------------------------------------------------
 # The proxy: benchmarks/probes/quantize_op_count.py.
 
-def _probe():
-  sys.path.insert(0, os.path.join(_REPO, "benchmarks", "probes"))
-  try:
-    import quantize_op_count
-  finally:
-    sys.path.pop(0)
-  return quantize_op_count
-
-
 def test_count_ops_weights_by_tensor_elements():
   """A hand-written IR: free layout ops count 0, each op its widest tensor's elements, a
   reduce its input's elements (its region not again)."""
@@ -177,7 +170,7 @@ def test_count_ops_weights_by_tensor_elements():
     %4 = arith.cmpi eq, %3, %3 : tensor<4xi32>
     tt.store %p, %1 : tensor<4x8x!tt.ptr<i32>>
   """
-  assert _probe().count_ops(ir) == {"arith.addi": 32, "arith.muli": 1, "tt.reduce": 32,
+  assert ir_ops.count_ops(ir) == {"arith.addi": 32, "arith.muli": 1, "tt.reduce": 32,
                                     "arith.cmpi": 4, "tt.store": 32}
 
 

@@ -16,11 +16,9 @@ is a relative measure: what a change of the encoder saves, not the SASS count.
 
 from __future__ import annotations
 
-import collections
 import functools
 import json
 import os
-import re
 import sys
 import warnings
 
@@ -34,6 +32,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks import cli  # noqa: E402
 from benchmarks import kernel_inputs as KI  # noqa: E402
+from benchmarks.ir_ops import FREE_OPS, MEMORY_OPS, count_ops  # noqa: E402,F401
 from fp8lab.formats import QUANTIZED  # noqa: E402
 from fp8lab.kernels.quantize import QuantizeConfig, quantize_2d  # noqa: E402
 from fp8lab.kernels.quantize import kernel as quantize_kernel  # noqa: E402
@@ -58,46 +57,6 @@ _OUT = flags.DEFINE_string("out", KI.default_out("quantize_op_count.json"),
                            "JSON results path ('' for none; default $OUT/quantize_op_count.json).")
 
 # Ops that move no data through an ALU (folded into addressing or register layout).
-FREE_OPS = frozenset({"arith.constant", "tt.splat", "tt.broadcast", "tt.expand_dims",
-                      "tt.reshape", "tt.make_range", "tt.bitcast", "tt.return",
-                      "tt.reduce.return", "tt.func"})
-MEMORY_OPS = frozenset({"tt.load", "tt.store", "tt.addptr"})
-_OP = re.compile(r'^\s*(?:%[\w#:, %]+=\s*)?"?([a-z_]+\.[a-z_.]+)"?')
-_TENSOR = re.compile(r"tensor<([0-9x]+)x[^0-9x>][^>]*>")
-
-
-def _elements(line: str) -> int:
-  """Elements of the widest tensor type on an IR line (1 for scalars)."""
-  best = 1
-  for dims in _TENSOR.findall(line):
-    n = 1
-    for d in dims.split("x"):
-      n *= int(d)
-    best = max(best, n)
-  return best
-
-
-def count_ops(ir: str) -> dict[str, float]:
-  """{op name: element-weighted count} over a kernel's IR text (see the module docstring);
-  the combine region of a tt.reduce is counted by the reduce itself."""
-  counts: dict[str, float] = collections.defaultdict(float)
-  depth = 0                                  # brace depth inside a tt.reduce's region
-  for line in ir.splitlines():
-    if depth:
-      depth += line.count("{") - line.count("}")
-      if not depth:                          # "}) : (tensor<input>) -> ...": the reduce's type
-        counts["tt.reduce"] += _elements(line)
-      continue
-    m = _OP.match(line)
-    if not m or m.group(1) in FREE_OPS or m.group(1).startswith("builtin."):
-      continue
-    if m.group(1) == "tt.reduce":
-      depth = line.count("{") - line.count("}")
-      continue
-    counts[m.group(1)] += _elements(line)
-  return dict(counts)
-
-
 def lower_kernel_ir(fmt: str, *, stochastic: bool, shape, x_dtype, config: QuantizeConfig,
                     transpose: bool) -> str:
   """Triton IR (after canonicalize, cse) of the main quantize kernel of one case, lowered
