@@ -90,12 +90,24 @@ CASES: dict[str, Case] = {
     "nvfp4_had16": Case("nvfp4", "delayed", kwargs=(("hadamard", 16),)),
 }
 XLA_OPS = ("copy", "xla_given", "xla_current", "xla_delayed", "jax_nn_mxfp8")
-# pallas_float: the same kernel with QuantizeConfig.float_products (the GPU's float32 multiply
-# and, with a Hadamard rotation, its add / sub instead of integer float32 ops; exact where the
-# GPU keeps float32 subnormals, which the compiled tests check), called directly on 2D x.
-IMPLS = ("pallas", "pallas_float", "reference")
+# Variants of the kernel, called directly on 2D x with its table's QuantizeConfig changed, on
+# the cases listed (their rows' exact_vs_pallas: the same bytes as the pallas row or not):
+#   pallas_float  float_products: the GPU's float32 multiply (and, with a Hadamard rotation,
+#                 its add / sub) instead of integer float32 ops; exact where the GPU keeps
+#                 float32 subnormals, which the compiled tests check;
+#   pallas_int    float_encode off: the integer element encoder (the GPUs without fp8
+#                 conversions run it; the default before 2026-12-02).
+# "pallas@RxCxW" (--tiles) is the pallas row with block_rows R, block_cols C, num_warps W.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "pallas_float": dict(float_products=True),
+    "pallas_int": dict(float_encode=False),
+}
+IMPLS = ("pallas", "pallas_float", "pallas_int", "reference")
 FLOAT_CASES = ("e4m3_delayed", "nvfp4_delayed", "e4m3_delayed_sr", "mxfp4_had32",
-               "nvfp4_had16")
+               "nvfp4_had16", "mxfp8", "mxfp4")
+VARIANT_CASES = {"pallas_float": FLOAT_CASES,
+                 "pallas_int": ("e4m3_delayed", "mxfp8", "mxfp4", "nvfp4_delayed")}
+TILE_CASES = ("e4m3_given", "mxfp8", "mxfp4", "nvfp4_delayed")
 # Priority order: the targets' size, then the fixed-cost sizes.
 GPU_SIZES = ("16384x16384", "1024x1024", "4096x4096")
 SMOKE_SIZES = ("64x256",)
@@ -108,6 +120,8 @@ _CASES = flags.DEFINE_list("cases", list(CASES), f"fp8lab cases; valid: {', '.jo
 _IMPLS = flags.DEFINE_list("impls", list(IMPLS), "fp8lab implementations to time.")
 _XLA = flags.DEFINE_list("xla", list(XLA_OPS), f"XLA baselines; valid: {', '.join(XLA_OPS)}")
 _SIZES = flags.DEFINE_list("sizes", None, "RxC sizes (default: the GPU grid, or a smoke size).")
+_TILES = flags.DEFINE_list("tiles", [], "RxCxW tiles (block_rows x block_cols x num_warps) to "
+                           f"time at the first size, on the cases {', '.join(TILE_CASES)}.")
 _DTYPE = flags.DEFINE_enum("dtype", "bfloat16", ["float32", "bfloat16", "float16"], "x's dtype.")
 _OUT = flags.DEFINE_string("out", None, "Results JSON (default benchmarks/results/...).")
 _REPS = flags.DEFINE_integer("reps", None, "Timed calls (default 30 on a GPU, 2 smoke).")
@@ -182,8 +196,9 @@ def xla_op(name: str) -> Callable[..., Any]:
 def fp8lab_op(case: Case, impl: str, interpret: bool) -> Callable[..., Any]:
   """fp8lab.quantize_with_amax for `case` on (x, state, key)."""
   kwargs = dict(case.kwargs)
-  if impl == "pallas_float":
-    return _float_kernel_op(case, interpret)
+  overrides = variant_overrides(impl)
+  if overrides is not None:
+    return _config_kernel_op(case, interpret, overrides)
 
   def op(x, state, key):
     kw = dict(kwargs)
@@ -199,25 +214,38 @@ def fp8lab_op(case: Case, impl: str, interpret: bool) -> Callable[..., Any]:
   return op
 
 
-def _float_kernel_op(case: Case, interpret: bool) -> Callable[..., Any]:
-  """The kernel with float_products on (x, state, key), as quantize_with_amax calls it."""
+def variant_overrides(impl: str) -> dict[str, Any] | None:
+  """QuantizeConfig fields a kernel variant changes (VARIANTS, "pallas@RxCxW"); None for
+  the plain rows."""
+  if impl in VARIANTS:
+    return VARIANTS[impl]
+  if impl.startswith("pallas@"):
+    r, c, w = (int(v) for v in impl[len("pallas@"):].split("x"))
+    return dict(block_rows=r, block_cols=c, num_warps=w)
+  return None
+
+
+def _config_kernel_op(case: Case, interpret: bool,
+                      overrides: dict[str, Any]) -> Callable[..., Any]:
+  """The kernel with its table's config changed by `overrides` on (x, state, key), as
+  quantize_with_amax calls it."""
   from fp8lab.kernels import quantize as qk  # pylint: disable=g-import-not-at-top
   from fp8lab.numerics.hadamard import hadamard_signs  # pylint: disable=g-import-not-at-top
   from fp8lab.numerics.random import key_words  # pylint: disable=g-import-not-at-top
   kwargs = dict(case.kwargs)
-  cfg = dataclasses.replace(qk.quantize_config(case.fmt, case.transpose), float_products=True)
+  cfg = dataclasses.replace(qk.quantize_config(case.fmt, case.transpose), **overrides)
   had = kwargs.get("hadamard")
 
   def op(x, state, key):
     scale = None if case.scaling == "none" else state.scale
+    delayed = case.scaling == "delayed"
     r = qk.quantize_2d(
         x, fmt=case.fmt, transpose=case.transpose, scale=scale, interpret=interpret,
         key_words=key_words(key) if kwargs.get("rounding") == "stochastic" else None,
-        hadamard=None if had is None else (had, hadamard_signs(had)), config=cfg)
-    if case.scaling != "delayed":
-      return r, None
-    return r, qk.delayed_update(state.amax_history, state.scale, r.amax, fmt=state.format,
-                                margin=state.margin, algo=state.amax_compute_algo)
+        hadamard=None if had is None else (had, hadamard_signs(had)), config=cfg,
+        history=state.amax_history if delayed else None,
+        history_algo=state.amax_compute_algo, margin=state.margin if delayed else 0)
+    return r, None
 
   return op
 
@@ -256,13 +284,15 @@ def _bytes_equal(a, b) -> bool:
 
 
 def _kernel_leaves(out) -> list:
-  """(data, scales, tensor_scale, amax, data_t, scales_t) of a pallas row's first output
-  (q, q_t, amax, state) or of a pallas_float row's KernelResult."""
+  """(data, scales, tensor_scale, amax, data_t, scales_t, history, scale) of a pallas row's
+  first output (q, q_t, amax, state) or of a variant row's KernelResult."""
   if hasattr(out, "data_t"):
-    return [out.data, out.scales, out.tensor_scale, out.amax, out.data_t, out.scales_t]
-  q, q_t, amax, _ = out
+    return [out.data, out.scales, out.tensor_scale, out.amax, out.data_t, out.scales_t,
+            out.history, out.next_scale]
+  q, q_t, amax, state = out
   return [q.data, q.scales, q.tensor_scale, amax] + (
-      [q_t.data, q_t.scales] if q_t is not None else [None, None])
+      [q_t.data, q_t.scales] if q_t is not None else [None, None]) + (
+      [state.amax_history, state.scale] if state is not None else [None, None])
 
 
 def time_row(run: dict, op: Callable, args: list, *, reps: int, warmup: int) -> dict[str, Any]:
@@ -291,7 +321,7 @@ def time_row(run: dict, op: Callable, args: list, *, reps: int, warmup: int) -> 
 
 
 def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup, interpret,
-                  max_copies, budget_s, smoke) -> dict[str, Any]:
+                  max_copies, budget_s, smoke, tiles=()) -> dict[str, Any]:
   now = datetime.datetime.now(datetime.timezone.utc)
   doc: dict[str, Any] = {
       "benchmark": "quantize (fp8lab pallas vs reference vs XLA)",
@@ -303,7 +333,8 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
                       "pct_copy_device: the same by device time, on a GPU)",
       "settings": {"sizes": sizes, "cases": cases, "impls": impls, "xla": xla_ops,
                    "dtype": dtype, "reps": reps, "warmup": warmup, "interpret": interpret,
-                   "history_length": HISTORY, "max_copies": max_copies},
+                   "history_length": HISTORY, "max_copies": max_copies,
+                   "tiles": list(tiles)},
       "rows": [], "skipped": [],
   }
   t_start = time.perf_counter()
@@ -327,8 +358,11 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
         max_copies=max_copies)
     units = [("xla", op, None) for op in xla_ops]
     units += [(impl, name, CASES[name]) for name in cases for impl in impls
-              if impl == "pallas" or (impl == "pallas_float" and name in FLOAT_CASES)
-              or (si < REFERENCE_SIZES and name in REFERENCE_CASES)]
+              if impl == "pallas" or name in VARIANT_CASES.get(impl, ())
+              or (impl == "reference" and si < REFERENCE_SIZES and name in REFERENCE_CASES)]
+    if si == 0:
+      units += [(f"pallas@{t}", name, CASES[name]) for t in tiles for name in cases
+                if name in TILE_CASES]
     inputs: dict[str, list] = {}
     copy_gbps = copy_dev_gbps = None
     firsts: dict[str, Any] = {}
@@ -370,10 +404,10 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
             for r in doc["rows"] + [row]:
               if r.get("op") == name and r.get("size") == size and r.get("impl") == "pallas":
                 r["exact"] = exact
-          flt = firsts.get(("pallas_float", name))
-          if impl == "pallas_float" and pal is not None:
-            # the float-product kernel against the integer one: the same bytes or not
-            row["exact_vs_pallas"] = _bytes_equal(_kernel_leaves(flt[0]), _kernel_leaves(pal))
+          if variant_overrides(impl) is not None and pal is not None:
+            # a variant against the pallas row: the same bytes or not
+            row["exact_vs_pallas"] = _bytes_equal(_kernel_leaves(first[0]),
+                                                  _kernel_leaves(pal))
       doc["rows"].append(row)
       log(f"{size:>12} {impl:>9} {name:<16} " + (
           f"{row['time_us']:9.2f} us {row['GBps']:8.1f} GB/s R={n}" if row["status"] == "ok"
@@ -426,6 +460,9 @@ def main(argv: list[str]) -> None:
     sizes = _SIZES.value or list(SMOKE_SIZES if smoke else GPU_SIZES)
     for s in sizes:
       parse_size(s)
+    for t in _TILES.value:
+      if len(t.split("x")) != 3 or not all(v.isdigit() for v in t.split("x")):
+        raise ValueError(f"--tiles takes RxCxW (e.g. 16x256x8), got {t!r}")
   interpret = _INTERPRET.value if _INTERPRET.value is not None else backend == "cpu"
   out = _OUT.value or default_out("quantize", smoke)
   doc = run_benchmark(sizes=sizes, cases=_CASES.value, impls=_IMPLS.value, xla_ops=_XLA.value,
@@ -433,7 +470,7 @@ def main(argv: list[str]) -> None:
                       reps=_REPS.value or (2 if smoke else 30),
                       warmup=_WARMUP.value if _WARMUP.value is not None else (1 if smoke else 3),
                       interpret=interpret, max_copies=_MAX_COPIES.value,
-                      budget_s=_TIME_BUDGET_S.value, smoke=smoke)
+                      budget_s=_TIME_BUDGET_S.value, smoke=smoke, tiles=_TILES.value)
   print()
   print(format_table(doc))
   print(f"\nresults: {out}")

@@ -18,6 +18,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
@@ -95,6 +96,55 @@ def test_mx_exponent_shift_matches_ldexp_then_the_codec():
   for e, (got, want) in zip(ELEMS, _shifted_pair(jnp.asarray(finite)[:, None], s)):
     got, want = np.asarray(got), np.asarray(want)
     bad = np.argwhere(got != want)
+    assert bad.size == 0, (e.name, [(hex(int(finite[i])), int(j) - 127) for i, j in bad[:8]])
+
+
+def _float_code(vbits, e):
+  """QuantizeConfig.float_encode's code of float32 bits (the kernel's _encode, NaN aside)."""
+  if e is E2M1:
+    return enc.e2m1_float_code(vbits)
+  return enc.fp8_convert_code(lax.bitcast_convert_type(vbits, jnp.float32), e)
+
+
+@jax.jit
+def _float_pairs(bits):
+  return [(_float_code(bits, e), codec.encode_bits(bits, e, saturate=True)) for e in ELEMS]
+
+
+def test_float_encoders_match_the_golden_codec():
+  """The float encoders (fp8: XLA's conversion here, the GPU's cvt.rn.satfinite compiled;
+  e2m1: a + C - C) on every pattern of PATTERNS but NaN: ties, +-1 ulp, float32 subnormals
+  (flushed by XLA:CPU: they encode to +-0 either way), saturation, +-Inf."""
+  bits = jnp.asarray(_not_nan(PATTERNS))
+  for e, (got, want) in zip(ELEMS, _float_pairs(bits)):
+    got, want = np.asarray(got), np.asarray(want)
+    bad = np.nonzero(got != want)[0]
+    assert bad.size == 0, (e.name, [hex(int(b)) for b in np.asarray(bits)[bad[:8]]],
+                           got[bad[:8]], want[bad[:8]])
+
+
+@jax.jit
+def _float_shifted_pairs(bits, s):
+  out = []
+  for e in ELEMS:
+    scaled = sc.ldexp_bits(jnp.broadcast_to(bits, (bits.shape[0], s.shape[1])), -s)
+    out.append((_float_code(enc.shift_bits(bits, s), e),
+                codec.encode_bits(scaled, e, saturate=True)))
+  return out
+
+
+def test_float_encoders_after_the_mx_shift_match_ldexp_then_the_codec():
+  """shift_bits (x * 2^-s as float32 bits, +-0 below 2^-126) then the float encoders, every
+  shared exponent -127..127 on the hard cases, float32 subnormal inputs included, where
+  |x| * 2^-s < 2^128 (an MX block's exponent keeps its elements below 2^(emax + 1))."""
+  finite = HARD[(HARD & _U(0x7FFFFFFF)) < _U(0x7F800000)]
+  s = jnp.arange(-127, 128, dtype=jnp.int32)[None, :]
+  # float32 exponent of x (subnormals: below -126) minus s, below 128
+  e_x = np.floor(np.log2(np.maximum(np.abs(finite.view(np.float32)), 2.0**-149)))
+  valid = (e_x[:, None] - np.asarray(s)) < 128
+  for e, (got, want) in zip(ELEMS, _float_shifted_pairs(jnp.asarray(finite)[:, None], s)):
+    got, want = np.asarray(got), np.asarray(want)
+    bad = np.argwhere((got != want) & valid)
     assert bad.size == 0, (e.name, [(hex(int(finite[i])), int(j) - 127) for i, j in bad[:8]])
 
 

@@ -14,6 +14,7 @@ FP8LAB_SLOW_TESTS=1 runs them all. FP8LAB_GPU_TESTS=1 runs the same tests compil
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 
 import jax
@@ -333,8 +334,22 @@ def test_default_tiles_large(fmt, block_shape):
          sr=(jax.random.key(11), 8))
 
 
+@pytest.mark.parametrize("fmt,block_shape,float_encode,shape", _pick(
+    [(f, b, fe, sh) for i, (f, b) in enumerate(LAYOUTS) for fe in (False, True)
+     for sh in ((64, 128), SHAPE)], (3, 10, 14, 22, 24)))
+def test_both_encoders_on_exact_and_ragged_tiles(fmt, block_shape, float_encode, shape):
+  """QuantizeConfig.float_encode off (integer encoder) and on (float adds for e2m1, the fp8
+  conversion), on a shape the tiles cover exactly (plain offsets, no masks) and a ragged
+  one, both orientations."""
+  x = _specials(shape, jnp.bfloat16, seed=8, fmt=fmt)
+  scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
+  _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True,
+         config=QuantizeConfig(16, 32, float_encode=float_encode))
+
+
 @pytest.mark.parametrize("fmt,block_shape", _pick(
-    [("nvfp4", (16,)), ("nvfp4", (16, 16))] + [(f, None) for f in PER_TENSOR], (0,)))
+    [("nvfp4", (16,)), ("nvfp4", (16, 16))] + [(f, None) for f in PER_TENSOR]
+    + [(f, None) for f in MX], (0, 4)))
 def test_float_products(fmt, block_shape):
   """QuantizeConfig.float_products: the float32 multiply instruction for the products. On
   the CPU (XLA flushes float32 subnormals) only inputs whose operands and products stay
@@ -350,30 +365,51 @@ def test_float_products(fmt, block_shape):
   _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True, config=cfg)
 
 
+_FP8_CVT = re.compile(r"tt\.fp_to_fp %\w+, rounding = rtne : tensor<[0-9x]+xf32> -> "
+                      r"tensor<[0-9x]+xf8E(4M3FN|5M2)>")
+
+
+def _fp8_lines_are_conversions(ir: str) -> bool:
+  """Every line of ir that names an fp8 type is a float32 -> fp8 conversion rounding to
+  nearest even (cvt.rn.satfinite) or the bitcast of its result to i8."""
+  for line in ir.splitlines():
+    if "f8E" in line and not (_FP8_CVT.search(line) or (
+        "tt.bitcast" in line and re.search(r"xf8E\w+> -> tensor<[0-9x]+xi8>", line))):
+      return False
+  return True
+
+
 def test_lowers_for_cuda_without_float_division_or_fp8():
   """Every layout, both orientations (stochastic rounding: its code is a superset) lower to
   Triton IR for an H200 from this host (an abstract GPU device): no float division
-  (approximate there), no fp8 types (saturating casts); float multiplies only with
-  QuantizeConfig.float_products (tried on the layouts that multiply)."""
-  runs = [(fmt, b, (1, 2), False, None) for fmt, b in LAYOUTS]
-  runs += [(fmt, b, None, True, None) for fmt, b in LAYOUTS if fmt not in MX]
+  (approximate there); fp8 types only in the float32 -> fp8 conversion of
+  QuantizeConfig.float_encode (to nearest even; the default) and none without it; float
+  multiplies only with QuantizeConfig.float_products (tried on the layouts that multiply,
+  MX included)."""
+  runs = [(fmt, b, (1, 2), False, None, fe) for fmt, b in LAYOUTS for fe in (False, True)]
+  runs += [(fmt, b, None, True, None, True) for fmt, b in LAYOUTS]
   # The fused Hadamard rotation (rows only), integer and float arithmetic.
-  runs += [(fmt, b, (1, 2), fp, h) for fmt, b, h in (("mxfp4", (32,), 32), ("nvfp4", (16,), 16),
-                                                      ("e4m3", None, 16))
+  runs += [(fmt, b, (1, 2), fp, h, True)
+           for fmt, b, h in (("mxfp4", (32,), 32), ("nvfp4", (16,), 16), ("e4m3", None, 16))
            for fp in (False, True)]
-  for fmt, block_shape, sr, fp, had in runs:
+  for fmt, block_shape, sr, fp, had, fe in runs:
     f = functools.partial(quantize_2d, fmt=fmt, block_shape=block_shape,
                           transpose=had is None,
                           scale=1.0 if fmt in PER_TENSOR or had else None, key_words=sr,
                           hadamard=None if had is None else (had, np.zeros(had, np.uint32)),
-                          config=QuantizeConfig(16, 256, 8, float_products=fp))
+                          config=QuantizeConfig(16, 256, 8, float_products=fp,
+                                                float_encode=fe))
     irs = triton_irs(f, jax.ShapeDtypeStruct((96, 320), jnp.bfloat16))
     # nvfp4's first pass (amax) unless S_enc is given
     assert len(irs) == (2 if fmt == "nvfp4" and had is None else 1)
     for ir in irs:
       assert "tt.func" in ir
-      assert "divf" not in ir and "f8E" not in ir
+      assert "divf" not in ir
+      assert _fp8_lines_are_conversions(ir) if fe else "f8E" not in ir
       # math.ctlz (clz of a uint32) lowers here but Triton cannot compile it (H200 run of
       # 2026-12-01): clz must go through int32 (__nv_clz)
       assert "math.ctlz" not in ir
+    # fp8 elements rounded to nearest even with float_encode: the conversion instruction
+    assert (_FP8_CVT.search(irs[-1]) is not None) == (
+        fe and sr is None and QUANTIZED[fmt].element.bits == 8)
     assert ("arith.mulf" in irs[-1]) == fp

@@ -155,16 +155,13 @@ def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
     q_t = golden.quantize(x.T, qf.name, **quantize_kwargs) if transpose else None
     amax = tensor_amax(x)
   else:
-    q, q_t, amax = _kernel(x, meta, transpose, quantize_kwargs, interpret)
+    # a DelayedScaling's update is folded into the launch (its last program)
+    q, q_t, amax, folded = _kernel(x, meta, transpose, quantize_kwargs, interpret, state)
   new_state = None
   if state is not None and impl == "reference":
     new_state = state.update(amax)
   elif state is not None:
-    # The kernel side's integer twin of the update (one fused XLA step, no division loop)
-    hist, scale = qkernel.delayed_update(state.amax_history, state.scale, amax,
-                                         fmt=state.format, margin=state.margin,
-                                         algo=state.amax_compute_algo)
-    new_state = dataclasses.replace(state, amax_history=hist, scale=scale)
+    new_state = dataclasses.replace(state, amax_history=folded[0], scale=folded[1])
   return QuantizeResult(q, q_t, amax, new_state)
 
 
@@ -235,8 +232,10 @@ def _resolve(caller: str, implementation, interpret: bool, meta, x, transpose: b
   return impl
 
 
-def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool):
-  """The Pallas path: x folded to 2D rows, one launch; results wrapped like the golden ones."""
+def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool,
+            state: DelayedScaling | None = None):
+  """The Pallas path: x folded to 2D rows, one launch; results wrapped like the golden ones,
+  and with a state, the (history, scale) of its update (computed in the launch)."""
   qf = get_quantized_format(meta.format)
   x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
   key_words = None
@@ -246,8 +245,11 @@ def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool)
   res = qkernel.quantize_2d(
       x2, fmt=qf.name, scale_mode=meta.scale_mode, block_shape=meta.block_shape,
       scale=None if scale is None else jnp.asarray(scale, jnp.float32).reshape(()),
-      margin=kw.get("margin", 0), transpose=transpose, key_words=key_words,
+      margin=kw.get("margin", 0) if state is None else state.margin, transpose=transpose,
+      key_words=key_words,
       sr_bits=kw.get("sr_bits", 8), interpret=interpret,
+      history=None if state is None else state.amax_history,
+      history_algo="max" if state is None else state.amax_compute_algo,
       hadamard=None if meta.hadamard is None else (
           meta.hadamard.block, hadamard_signs(meta.hadamard.block, meta.hadamard.sign_arg())))
   aux = meta._aux()
@@ -261,4 +263,4 @@ def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool)
   scales = None if res.scales is None else res.scales.reshape(meta.scales.shape)
   q = wrap(data, scales, meta.shape)
   q_t = wrap(res.data_t, res.scales_t, meta.shape[::-1]) if transpose else None
-  return q, q_t, res.amax
+  return q, q_t, res.amax, (res.history, res.next_scale)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from fp8lab.kernels.quantize.configs import (DEFAULT_CONFIGS, TRANSPOSE_CONFIGS,
                                              QuantizeConfig, quantize_config)
-from fp8lab.kernels.quantize.kernel import KernelResult, delayed_update, quantize_2d
+from fp8lab.kernels.quantize.kernel import KernelResult, quantize_2d
 
-__all__ = ["quantize_2d", "KernelResult", "delayed_update", "QuantizeConfig", "DEFAULT_CONFIGS",
+__all__ = ["quantize_2d", "KernelResult", "QuantizeConfig", "DEFAULT_CONFIGS",
            "TRANSPOSE_CONFIGS", "quantize_config"]

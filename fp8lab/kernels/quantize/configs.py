@@ -25,12 +25,19 @@ class QuantizeConfig:
   (f32.mul_bits, exact everywhere); True with the float32 multiply instruction, exact IEEE
   only where it keeps subnormal operands and results (the GPU's mul.f32 without ftz; NOT
   XLA:CPU, which flushes them, so interpret mode with True is exact only away from
-  subnormals). True is the faster candidate for the GPU, to be measured."""
+  subnormals). True is the faster candidate for the GPU, to be measured.
+
+  float_encode: round to nearest even with float instructions (the GPU's float pipe runs
+  twice the integer pipe's rate): e2m1 codes by float32 adds (a + C - C), e4m3 / e5m2 codes
+  by the conversion instruction where the GPU has one (sm_89+; integer ops below), both
+  exact for every input (encode.e2m1_float_code, encode.fp8_convert_code). Stochastic
+  rounding keeps the integer encoder."""
   block_rows: int
   block_cols: int
   num_warps: int = 4
   num_stages: int = 1
   float_products: bool = False
+  float_encode: bool = True
 
   def __post_init__(self):
     for name in ("block_rows", "block_cols", "num_warps", "num_stages"):
@@ -41,9 +48,10 @@ class QuantizeConfig:
       v = getattr(self, name)
       if v & (v - 1):
         raise ValueError(f"QuantizeConfig.{name} must be a power of two, got {v!r}")
-    if not isinstance(self.float_products, bool):
-      raise ValueError(f"QuantizeConfig.float_products must be a bool, got "
-                       f"{self.float_products!r}")
+    for name in ("float_products", "float_encode"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"QuantizeConfig.{name} must be a bool, got "
+                         f"{getattr(self, name)!r}")
 
 
 # format -> tile; rows-only outputs read wide row strips (contiguous stores of words).

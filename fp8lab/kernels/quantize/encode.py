@@ -215,6 +215,66 @@ def encode_shifted(bits, s, elem: ElementFormat, rbits=None, sr_bits: int = 8):
 
 
 # ----------------------------------------------------------------------------------------
+# Float encoders (QuantizeConfig.float_encode): the same codes from float instructions, which
+# run on the GPU's float pipe (twice the integer pipe's rate) and, for fp8, in the hardware
+# conversion (two codes per instruction on sm_89+).
+
+def shift_bits(bits, s):
+  """float32 bits of x * 2^-s (x float32 bits, s the int32 MX exponent of each element) where
+  that is a normal float32 or zero, else +-0 (below 2^-126 every element format encodes +-0
+  anyway, as in encode_shifted). Integer ops: subnormal x normalized by clz, as their
+  scaled value may be a normal code. Valid below 2^128, which the MX exponent keeps every
+  element of a finite block under (|x| <= amax and 2^s >= amax / 2^(emax + 1)); NaN / Inf
+  blocks are the caller's (garbage here)."""
+  mag = bits & MAG
+  biased = i32(mag >> _U(23))
+  frac = mag & _FRAC
+  lead = clz(frac | _U(1)) - 8
+  sub = biased == 0
+  frac = jnp.where(sub, (frac << lead.astype(jnp.uint32)) & _FRAC, frac)
+  be = jnp.where(sub, 1 - lead, biased) - s
+  # A zero reads as 2^-149 here (lead 23): scaled by 2^127 at most it stays <= 2^-22, which
+  # every element format encodes to +-0 as it does a zero.
+  return jnp.where(be >= 1, (be.astype(jnp.uint32) << _U(23)) | frac, _U(0)) | (bits & ~MAG)
+
+
+_FP8_DTYPES = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
+
+
+def fp8_convert_code(v, elem: ElementFormat):
+  """Saturating RNE code (uint32, sign included) of float32 values v in an fp8 format, by the
+  conversion instruction (Triton: cvt.rn.satfinite.e4m3x2.f32 / e5m2x2, sm_89+; XLA's
+  convert in interpret mode). Clipped to +-max first, so both saturate alike: values in
+  (max, max + half an ulp) round to max either way, larger ones and +-Inf saturate there.
+  Exact for every finite v, float32 subnormals included (they round to +-0, flushed or
+  not). A NaN gives some code: the callers fix NaN codes."""
+  m = np.float32(elem.max_finite)
+  v = jnp.minimum(jnp.maximum(v, -m), m)
+  return lax.bitcast_convert_type(v.astype(_FP8_DTYPES[elem.name]), jnp.uint8).astype(
+      jnp.uint32)
+
+
+# a + C - C rounds a to a multiple of 2^k (round to nearest even: C = 1.5 * 2^(23 + k) is a
+# multiple of 2^(k + 1)); e2m1's spacing is 2^-1 below 2, 1 in [2, 4), 2 from 4 to 6.
+_E2M1_MAGIC = tuple(np.float32(1.5 * 2.0**(23 + k)) for k in (-1, 0, 1))
+
+
+def e2m1_float_code(vbits):
+  """Saturating RNE e2m1 code (uint32, sign included) of float32 bits, from float adds:
+  |v| clipped to 6, rounded to the e2m1 grid by a + C - C with the binade's C (exact: the
+  sum is rounded once, to nearest even; a float32 subnormal gives 0 whether flushed or
+  not), and the grid value's code read from its float32 bits: from 1.0 up the exponent and
+  top mantissa bit (bits >> 22, rebiased: 1.0 -> 2), 0.5 -> 1, 0 -> 0. A NaN gives some
+  code: the callers force NaN / Inf blocks."""
+  a = jnp.minimum(lax.bitcast_convert_type(vbits & MAG, jnp.float32), np.float32(6.0))
+  c0, c1, c2 = _E2M1_MAGIC
+  c = jnp.where(a < np.float32(2.0), c0, jnp.where(a < np.float32(4.0), c1, c2))
+  r = (a + c) - c
+  code = jnp.maximum(i32(u32(r) >> _U(22)) - 252, (r >= np.float32(0.5)).astype(jnp.int32))
+  return code.astype(jnp.uint32) | ((vbits >> _U(31)) << _U(3))
+
+
+# ----------------------------------------------------------------------------------------
 # MX shared exponents (docs/numerics.md section 4).
 
 def mx_exponent(block_max, elem: ElementFormat, mode: str, inv_max_bits: int):

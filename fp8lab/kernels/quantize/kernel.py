@@ -45,12 +45,13 @@ from jax.experimental.pallas import triton as plgpu
 import numpy as np
 
 from fp8lab.formats import E2M1, E4M3, ElementFormat, QuantizedFormat, get_quantized_format
+from fp8lab.kernels import device
 from fp8lab.kernels.quantize import encode as enc
 from fp8lab.kernels.quantize import blockwise, f32, rotate, scalars
 from fp8lab.kernels.quantize.configs import QuantizeConfig, fit_config, quantize_config
 from fp8lab.numerics.random import threefry2x32
 
-__all__ = ["KernelResult", "quantize_2d", "delayed_update"]
+__all__ = ["KernelResult", "quantize_2d"]
 
 _U = np.uint32
 
@@ -59,13 +60,16 @@ class KernelResult(NamedTuple):
   """quantize_2d's outputs. data / scales: quantize(x, fmt, axis=-1)'s leaves (scales None
   without block scales); tensor_scale: float32 scalar (None for MX); amax: float32 scalar,
   the largest finite |x| (0 if none); data_t / scales_t: quantize(x.T, ...)'s (None
-  without transpose)."""
+  without transpose); history / next_scale: with a `history`, the delayed-scaling state's
+  new amax history and scale (DelayedScaling.update's), else None."""
   data: Any
   scales: Any
   tensor_scale: Any
   amax: Any
   data_t: Any
   scales_t: Any
+  history: Any = None
+  next_scale: Any = None
 
 
 class _Spec(NamedTuple):
@@ -84,6 +88,12 @@ class _Spec(NamedTuple):
   sr_bits: int
   float_products: bool      # QuantizeConfig.float_products
   hadamard: int = 0         # Hadamard block along the rows (0: none)
+  float_encode: bool = False  # QuantizeConfig.float_encode
+  fp8_cvt: bool = False     # fp8 codes by the conversion instruction (float_encode, sm_89+)
+  even: bool = False        # the tiles cover x exactly: no masks, no clamped offsets
+  # delayed scaling folded into the launch: (history length n, margin, algo, numerator
+  # bits), or None
+  delayed: tuple[int, int, str, int] | None = None
 
 
 def _elem(spec: _Spec) -> ElementFormat:
@@ -112,6 +122,24 @@ def _product(bits, factor_bits, spec: _Spec):
   return f32.mul_bits(bits, factor_bits)
 
 
+def _encode(p, elem: ElementFormat, spec: _Spec, rbits, nan_code: int | None = None):
+  """Saturating codes of the float32 bits p (the scaled values), as enc.encode_bits; with
+  QuantizeConfig.float_encode (round to nearest even only) from float instructions: e2m1 by
+  float adds, fp8 by the conversion instruction where the GPU has it. A NaN p gives
+  nan_code (None: no NaN can occur)."""
+  if rbits is not None or not spec.float_encode:
+    return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=nan_code)
+  if elem.bits == 4:
+    code = enc.e2m1_float_code(p)
+  elif spec.fp8_cvt:
+    code = enc.fp8_convert_code(lax.bitcast_convert_type(p, jnp.float32), elem)
+  else:
+    return enc.encode_bits(p, elem, nan_code=nan_code)
+  if nan_code is not None:
+    code = jnp.where((p & enc.MAG) > enc.INF, _U(nan_code), code)
+  return code
+
+
 def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
   """(codes, scale codes) of a tile blocked along `axis` (codes uint32, scales uint32 or
   None; blockwise: the float32 bits of the stored 1 / scale). For 2D tiles `axis` only
@@ -121,7 +149,7 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     # the scale as a scalar: its unpacking in the product is done once, not per element
     p = _product(bits, scal_ref[0], spec)
     # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
-    return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), None
+    return _encode(p, elem, spec, rbits, nan_code=elem.nan_code), None
   if spec.kind == "block":                 # docs/numerics.md section 8b: finite block amax
     mag = blockwise.finite_magnitudes(mag)
   if len(spec.block) == 2:
@@ -136,7 +164,7 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     scale, scale_inv = blockwise.block_scale_bits(bm, elem, spec.scale_mode)
     p = _product(bits, grow(scale), spec)
     # as the per-tensor formats: NaN -> the positive NaN code, +-Inf saturates
-    return enc.encode_bits(p, elem, rbits, spec.sr_bits, nan_code=elem.nan_code), scale_inv
+    return _encode(p, elem, spec, rbits, nan_code=elem.nan_code), scale_inv
   nonfinite = bm >= enc.INF
   if spec.kind == "mx":
     # rceil's fl(1 / elem_max): numpy's float32 division is IEEE, a constant of the launch
@@ -145,27 +173,44 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     sc = enc.mx_scale_code(bm, s)
     # x * 2^-s as an exponent shift: exact where the golden model's ldexp is; where ldexp
     # rounds (a float32-subnormal result, < 2^-126) every element format encodes +-0 anyway
-    codes = enc.encode_shifted(bits, grow(s), elem, rbits, spec.sr_bits)
+    if rbits is not None or not spec.float_encode:
+      codes = enc.encode_shifted(bits, grow(s), elem, rbits, spec.sr_bits)
+    elif spec.float_products:
+      # 2^-s is a normal float32 for every block (-127 <= s <= 126: s = 127 would need an
+      # amax >= 2^(127 + emax)), so the product is exact but where it is below 2^-126
+      # (encodes to +-0 anyway) or x is subnormal (exact where the multiply keeps them)
+      factor = (127 - grow(s)).astype(jnp.uint32) << _U(23)
+      codes = _encode(_product(bits, factor, spec), elem, spec, None)
+    else:
+      codes = _encode(enc.shift_bits(bits, grow(s)), elem, spec, None)
   else:                                                     # nvfp4, docs/numerics.md 5
     sf = jnp.full(bm.shape, scal_ref[0], jnp.uint32)       # fl(S_enc * fl(1/6))
     sc = enc.encode_bits(f32.mul_bits(bm, sf), E4M3)
     sc = jnp.where(nonfinite, _U(E4M3.nan_code), sc)
     enc_b = plgpu.load(tab_ref.at[enc.i32(sc)])            # enc_b of each scale code
-    codes = enc.encode_bits(_product(bits, grow(enc_b), spec), elem, rbits, spec.sr_bits)
+    codes = _encode(_product(bits, grow(enc_b), spec), elem, spec, rbits)
   codes = jnp.where(grow(nonfinite), _U(0), codes)
   return codes, sc
 
 
-def _store(ref, vals, rows, cols, n_rows: int, n_cols: int, dtype):
-  """vals (len(rows), len(cols)) into the row-major (n_rows, n_cols) array behind ref."""
+def _store(ref, vals, rows, cols, n_rows: int, n_cols: int, dtype, even: bool = False):
+  """vals (len(rows), len(cols)) into the row-major (n_rows, n_cols) array behind ref. even:
+  every index is in range (plain offsets, which Triton sees as contiguous: vector stores)."""
+  if even:
+    plgpu.store(ref.at[rows[:, None] * n_cols + cols[None, :]], vals.astype(dtype))
+    return
   ok = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
   offs = jnp.where(ok, rows[:, None] * n_cols + cols[None, :], n_rows * n_cols)
   plgpu.store(ref.at[offs], vals.astype(dtype), mask=ok)
 
 
-def _store_rows_t(ref, vals, vrows, vcols, n_vrows: int, n_vcols: int, dtype):
+def _store_rows_t(ref, vals, vrows, vcols, n_vrows: int, n_vcols: int, dtype,
+                  even: bool = False):
   """vals (len(vrows), len(vcols)), indexed in x's orientation, into the TRANSPOSED
   (n_vcols, n_vrows) row-major array behind ref: vals[i, j] -> element (vcols[j], vrows[i])."""
+  if even:
+    plgpu.store(ref.at[vcols[None, :] * n_vrows + vrows[:, None]], vals.astype(dtype))
+    return
   ok = (vrows < n_vrows)[:, None] & (vcols < n_vcols)[None, :]
   offs = jnp.where(ok, vcols[None, :] * n_vrows + vrows[:, None], n_vrows * n_vcols)
   plgpu.store(ref.at[offs], vals.astype(dtype), mask=ok)
@@ -177,19 +222,52 @@ def _finite_max(mag):
   return jnp.max(jnp.max(jnp.where(mag < enc.INF, mag, _U(0)), axis=1), axis=0)[None]
 
 
-def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
+def _fold_delayed(amax_ref, count_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
+                  tile_amax, n_prog: int, spec: _Spec):
+  """Delayed scaling inside the launch. Every program folds its tile's finite amax into
+  amax_ref[0] (an atomic unsigned max of non-negative float bits: order-free, so
+  deterministic), then counts itself done in count_ref[0] (both zeroed by the caller). The
+  program that counts last (acquire / release atomics: it sees every other program's max)
+  reads the amax, rolls the history and computes the next scale with the integer twin of
+  DelayedScaling.update (scalars.delayed_update_bits), on the (N,) power-of-two padding of
+  the n-long history."""
+  n, margin, algo, numerator = spec.delayed
+  size = 1 << max(0, (n - 1).bit_length())
+  at = jnp.int32(0)
+  plgpu.atomic_max(amax_ref, at, tile_amax[0])
+  done = plgpu.atomic_add(count_ref, at, jnp.uint32(1))
+
+  @pl.when(done == _U(n_prog - 1))
+  def _last():
+    amax = plgpu.atomic_max(amax_ref, at, jnp.uint32(0))  # the max of every program's
+    idx = lax.iota(jnp.int32, size)
+    hist = plgpu.load(hist_ref.at[idx], mask=idx < n, other=0)
+    new_hist, new_scale = scalars.delayed_update_bits(
+        hist, amax, scal_ref[3], fmt_max_bits=numerator, margin=margin, algo=algo, length=n)
+    plgpu.store(new_hist_ref.at[idx], new_hist, mask=idx < n)
+    new_scale_ref[0] = new_scale
+
+
+def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
   """One tile; see the module docstring. refs: x, scalars (uint32 (4,): [0] the scale or
-  nvfp4's fl(S_enc / 6), [1], [2] the threefry key words), enc_b table (nvfp4), then the
-  outputs data, scales, amax partials, data_t, scales_t (the present ones, in that order)."""
+  nvfp4's fl(S_enc / 6), [1], [2] the threefry key words, [3] the per-tensor scale or S_enc
+  as given), enc_b table (nvfp4), Hadamard signs, the history and the two zeroed words
+  (delayed), then the outputs data, scales, amax (partials; delayed: one word), data_t,
+  scales_t, the done count, the new history and scale (the present ones, in that order)."""
   refs = list(refs)
   x_ref, scal_ref = refs.pop(0), refs.pop(0)
   tab_ref = refs.pop(0) if spec.kind == "nvfp4" else None
   signs_ref = refs.pop(0) if spec.hadamard else None
+  if spec.delayed:
+    hist_ref = refs.pop(0)
+    refs.pop(0), refs.pop(0)              # the zeroed words, aliased to their outputs
   data_ref = refs.pop(0)
   scales_ref = refs.pop(0) if has_scales else None
   amax_ref = refs.pop(0)
   data_t_ref = refs.pop(0) if spec.transpose else None
   scales_t_ref = refs.pop(0) if spec.transpose and has_scales else None
+  if spec.delayed:
+    count_ref, new_hist_ref, new_scale_ref = refs.pop(0), refs.pop(0), refs.pop(0)
   assert not refs
   elem = _elem(spec)
   pw = elem.per_word
@@ -200,12 +278,13 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   rb, cb = pid // spec.n_cb, pid % spec.n_cb
   rows = rb * tr + lax.iota(jnp.int32, tr)
   cols = cb * tc + lax.iota(jnp.int32, tc)
-  ok = (rows < R)[:, None] & (cols < C)[None, :]
-  offs = jnp.minimum(rows, R - 1)[:, None] * C + jnp.minimum(cols, C - 1)[None, :]
-  x = plgpu.load(x_ref.at[offs], mask=ok, other=0)
+  ev = spec.even
+  x, ok = _load_tile(x_ref, rows, cols, R, C, ev)
   bits = enc.to_f32_bits(x)
   mag = bits & enc.MAG
-  amax_ref[pl.ds(pid, 1)] = _finite_max(mag)         # the amax of x as given
+  tile_amax = _finite_max(mag)                      # the amax of x as given
+  if not spec.delayed:
+    amax_ref[pl.ds(pid, 1)] = tile_amax
   if spec.hadamard:
     # The rows' blocks rotated first, as the golden model does (C is a multiple of the
     # block and tiles are block-aligned: masked columns are whole blocks of zeros).
@@ -218,23 +297,40 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
   if spec.stochastic:                      # element (r, c) of x draws index r * C + c
     rbits = _random_bits(scal_ref, enc.u32(rows[:, None] * C + cols[None, :]))
   codes, sc = _encode_tile(bits, mag, 1, spec, scal_ref, tab_ref, rbits)
-  codes = jnp.where(ok, codes, _U(0))
+  if not ev:
+    codes = jnp.where(ok, codes, _U(0))
   wcols = cb * (tc // pw) + lax.iota(jnp.int32, tc // pw)
-  _store(data_ref, enc.pack(codes, 1, elem), rows, wcols, R, -(-C // pw), jnp.uint32)
+  _store(data_ref, enc.pack(codes, 1, elem), rows, wcols, R, -(-C // pw), jnp.uint32, ev)
   tiles2d = len(spec.block) == 2
   if has_scales:
     if tiles2d:
       br, bc = spec.block
       srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
       scols = cb * (tc // bc) + lax.iota(jnp.int32, tc // bc)
-      _store(scales_ref, sc, srows, scols, -(-R // br), -(-C // bc), s_dtype)
+      _store(scales_ref, sc, srows, scols, -(-R // br), -(-C // bc), s_dtype, ev)
     else:
       (b,) = spec.block
       scols = cb * (tc // b) + lax.iota(jnp.int32, tc // b)
-      _store(scales_ref, sc, rows, scols, R, -(-C // b), s_dtype)
-  if not spec.transpose:
-    return
+      _store(scales_ref, sc, rows, scols, R, -(-C // b), s_dtype, ev)
+  if spec.transpose:
+    _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
+                data_t_ref, scales_t_ref, has_scales)
+  if spec.delayed:                         # last: after this program's stores
+    _fold_delayed(amax_ref, count_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
+                  tile_amax, n_prog, spec)
+
+
+def _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec, scal_ref, tab_ref,
+                data_t_ref, scales_t_ref, has_scales: bool):
+  """quantize(x.T)'s part of the tile (see _quantize_kernel)."""
+  elem = _elem(spec)
+  pw = elem.per_word
+  R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
+  s_dtype = _scale_dtype(spec.kind)
+  ev = spec.even
+  tiles2d = len(spec.block) == 2
   # quantize(x.T): blocks along x's first axis, words packed along it, stored at [c, r / pw]
+  rbits = None
   if spec.stochastic:                      # x.T's own flat order: element (r, c) is c * R + r
     rbits = _random_bits(scal_ref, enc.u32(cols[None, :] * R + rows[:, None]))
   if tiles2d and not spec.stochastic:
@@ -243,20 +339,36 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool):
     codes_t, sc_t = codes, None
   else:
     codes_t, sc_t = _encode_tile(bits, mag, 0, spec, scal_ref, tab_ref, rbits)
-    codes_t = jnp.where(ok, codes_t, _U(0))
+    if not ev:
+      codes_t = jnp.where(ok, codes_t, _U(0))
   wrows = rb * (tr // pw) + lax.iota(jnp.int32, tr // pw)
   _store_rows_t(data_t_ref, enc.pack(codes_t, 0, elem), wrows, cols, -(-R // pw), C,
-                jnp.uint32)
+                jnp.uint32, ev)
   if has_scales:
     if tiles2d:
       br, bc = spec.block
+      srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
+      scols = cb * (tc // bc) + lax.iota(jnp.int32, tc // bc)
       # x.T's tile (j, i) is x's tile (i, j) transposed: the same codes
-      _store_rows_t(scales_t_ref, sc_t, srows, scols, -(-R // br), -(-C // bc), s_dtype)
+      _store_rows_t(scales_t_ref, sc_t, srows, scols, -(-R // br), -(-C // bc), s_dtype, ev)
     else:
       (b,) = spec.block
       brows = rb * (tr // b) + lax.iota(jnp.int32, tr // b)
-      _store_rows_t(scales_t_ref, sc_t, brows, cols, -(-R // b), C, s_dtype)
+      _store_rows_t(scales_t_ref, sc_t, brows, cols, -(-R // b), C, s_dtype, ev)
 
+
+
+def _load_tile(x_ref, rows, cols, n_rows: int, n_cols: int, even: bool):
+  """(tile of the row-major (n_rows, n_cols) x behind x_ref, in-range mask or None). Masked
+  loads read 0 at clamped offsets (interpret mode reads every offset it is given); even
+  (the tiles cover x exactly): plain offsets, which Triton sees as contiguous (vector
+  loads), no mask."""
+  if even:
+    return plgpu.load(x_ref.at[rows[:, None] * n_cols + cols[None, :]]), None
+  ok = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+  offs = (jnp.minimum(rows, n_rows - 1)[:, None] * n_cols
+          + jnp.minimum(cols, n_cols - 1)[None, :])
+  return plgpu.load(x_ref.at[offs], mask=ok, other=0), ok
 
 
 def _amax_kernel(x_ref, amax_ref, *, rows: int, cols: int, tr: int, tc: int, n_cb: int):
@@ -265,9 +377,8 @@ def _amax_kernel(x_ref, amax_ref, *, rows: int, cols: int, tr: int, tc: int, n_c
   pid = pl.program_id(0)
   r = (pid // n_cb) * tr + lax.iota(jnp.int32, tr)
   c = (pid % n_cb) * tc + lax.iota(jnp.int32, tc)
-  ok = (r < rows)[:, None] & (c < cols)[None, :]
-  offs = jnp.minimum(r, rows - 1)[:, None] * cols + jnp.minimum(c, cols - 1)[None, :]
-  mag = enc.to_f32_bits(plgpu.load(x_ref.at[offs], mask=ok, other=0)) & enc.MAG
+  x, _ = _load_tile(x_ref, r, c, rows, cols, rows % tr == 0 and cols % tc == 0)
+  mag = enc.to_f32_bits(x) & enc.MAG
   amax_ref[pl.ds(pid, 1)] = _finite_max(mag)
 
 
@@ -322,9 +433,10 @@ def _nvfp4_scalars(amax_bits, s_enc_bits=None):
 
 @functools.partial(jax.jit, static_argnames=("fmt", "scale_mode", "block_shape", "transpose",
                                              "sr_bits", "interpret", "config", "stochastic",
-                                             "margin", "hadamard"))
-def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, transpose,
-                 sr_bits, interpret, config, stochastic, margin, hadamard):
+                                             "margin", "hadamard", "history_algo"))
+def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_shape,
+                 transpose, sr_bits, interpret, config, stochastic, margin, hadamard,
+                 history_algo):
   qf = get_quantized_format(fmt)
   kind, elem = qf.scaling, qf.element
   block = tuple(block_shape) if kind != "tensor" else ()
@@ -335,8 +447,19 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
   tr, tc = cfg.block_rows, cfg.block_cols
   n_cb = pl.cdiv(cols, tc)
   n_prog = pl.cdiv(rows, tr) * n_cb
+  float_encode = cfg.float_encode
+  # fp8 conversion instructions: sm_89+; interpret mode and lowering from a host without a
+  # CUDA GPU take the H200's (device.py's rule), so they see the GPU's code
+  cc = None if interpret else device.cuda_capability()
+  delayed = None
+  if history is not None:
+    numerator = (scalars.NVFP4_ENC_NUMERATOR_BITS if kind == "nvfp4"
+                 else scalars.format_max_bits(elem))
+    delayed = (history.shape[0], margin, history_algo, int(numerator))
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
-               stochastic, sr_bits, cfg.float_products, hadamard)
+               stochastic, sr_bits, cfg.float_products, hadamard, float_encode=float_encode,
+               fp8_cvt=float_encode and (cc is None or cc >= 8.9),
+               even=rows % tr == 0 and cols % tc == 0, delayed=delayed)
 
   k0, k1 = (key[0], key[1]) if stochastic else (jnp.uint32(0), jnp.uint32(0))
   first = jnp.uint32(0)
@@ -355,7 +478,8 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
       given = (_first_pass_amax(x, cfg, interpret) if amax is None
                else lax.bitcast_convert_type(amax.reshape(()), jnp.uint32) & enc.MAG)
     first, tensor_scale, table = _nvfp4_scalars(given, given_scale)
-  scal = jnp.stack([first, k0, k1, jnp.uint32(0)]).astype(jnp.uint32)
+  scal = jnp.stack([first, k0, k1, jnp.uint32(0) if given_scale is None else given_scale]
+                   ).astype(jnp.uint32)
 
   pw = elem.per_word
   has_scales = kind != "tensor"
@@ -366,7 +490,7 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
   outs = [jax.ShapeDtypeStruct((rows * -(-cols // pw),), jnp.uint32)]
   if has_scales:
     outs.append(jax.ShapeDtypeStruct((n_scale[0] * n_scale[1],), _scale_dtype(kind)))
-  outs.append(jax.ShapeDtypeStruct((n_prog,), jnp.uint32))
+  outs.append(jax.ShapeDtypeStruct((1 if delayed else n_prog,), jnp.uint32))
   n_scale_t = None
   if transpose:
     outs.append(jax.ShapeDtypeStruct((cols * -(-rows // pw),), jnp.uint32))
@@ -376,9 +500,18 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
       outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), _scale_dtype(kind)))
   operands = ([x.reshape(-1), scal] + ([table] if kind == "nvfp4" else [])
               + ([signs] if hadamard else []))
+  aliases = {}
+  if delayed:
+    # the amax word and the done count start at 0 (zeroed inputs, updated in place)
+    aliases = {len(operands) + 1: 1 + has_scales, len(operands) + 2: len(outs)}
+    operands += [lax.bitcast_convert_type(history, jnp.uint32), jnp.zeros((1,), jnp.uint32),
+                 jnp.zeros((1,), jnp.uint32)]
+    outs += [jax.ShapeDtypeStruct((1,), jnp.uint32),
+             jax.ShapeDtypeStruct((delayed[0],), jnp.uint32),
+             jax.ShapeDtypeStruct((1,), jnp.uint32)]
   res = list(pl.pallas_call(
-      functools.partial(_quantize_kernel, spec=spec, has_scales=has_scales),
-      out_shape=tuple(outs), grid=(n_prog,),
+      functools.partial(_quantize_kernel, spec=spec, has_scales=has_scales, n_prog=n_prog),
+      out_shape=tuple(outs), grid=(n_prog,), input_output_aliases=aliases,
       compiler_params=plgpu.CompilerParams(num_warps=cfg.num_warps,
                                            num_stages=cfg.num_stages),
       interpret=interpret, name=f"fp8lab_quantize_{qf.name}")(*operands))
@@ -387,19 +520,25 @@ def _quantize_2d(x, scale, amax, key, signs, *, fmt, scale_mode, block_shape, tr
   scale_out = as_float if kind == "block" else (lambda v: v)
   data = res.pop(0).reshape(rows, -(-cols // pw))
   scales = scale_out(res.pop(0).reshape(n_scale)) if has_scales else None
-  partial_amax = jnp.max(res.pop(0))
+  amax_out = res.pop(0)
+  amax_out = amax_out.reshape(()) if delayed else jnp.max(amax_out)
   data_t = scales_t = None
   if transpose:
     data_t = res.pop(0).reshape(cols, -(-rows // pw))
     scales_t = scale_out(res.pop(0).reshape(n_scale_t)) if has_scales else None
+  new_history = new_scale = None
+  if delayed:
+    _, new_history, new_scale = res
+    new_history, new_scale = as_float(new_history), as_float(new_scale.reshape(()))
   return KernelResult(data, scales, None if tensor_scale is None else as_float(tensor_scale),
-                      as_float(partial_amax), data_t, scales_t)
+                      as_float(amax_out), data_t, scales_t, new_history, new_scale)
 
 
 def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
                 block_shape: tuple[int, ...] | None = None, scale=None, amax=None,
                 margin: int = 0, transpose: bool = False, key_words=None, sr_bits: int = 8,
-                hadamard: tuple[int, jax.Array] | None = None, interpret: bool = False,
+                hadamard: tuple[int, jax.Array] | None = None, history=None,
+                history_algo: str = "max", interpret: bool = False,
                 config: QuantizeConfig | None = None) -> KernelResult:
   """Quantizes a 2D x along its last axis with one Pallas kernel: the arrays of
   fp8lab.quantize(x, fmt, axis=-1, ...) bit for bit (and of quantize(x.T, ...) with
@@ -423,6 +562,10 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
       fp8lab.quantize(x, hadamard=...) does; not with transpose=True, and only with a given
       scale (per-tensor) or S_enc (nvfp4): a current scale would need the rotated amax.
     transpose: also return quantize(x.T)'s data and scales, from the same read of x.
+    history: delayed scaling folded into the launch: the state's float32 amax history (n,)
+      (then `scale` is the state's scale, and `margin` its margin), history_algo its
+      amax_compute_algo ("max" / "most_recent"); the result's history / next_scale are the
+      state's DelayedScaling.update(amax) (numerator: the element max, nvfp4: 2688).
     key_words: None (round to nearest even) or (k0, k1) uint32 threefry key words for
       stochastic rounding with the top `sr_bits` bits of each element's word.
     interpret: Pallas interpret mode (CPU).
@@ -468,28 +611,19 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
     if transpose or (scale is None and qf.scaling != "mx"):
       raise ValueError("the kernel fuses a Hadamard rotation without transpose, and with a "
                        "given scale or S_enc only")
-  return _quantize_2d(x, scale, amax, key, signs, fmt=qf.name, scale_mode=scale_mode,
-                      block_shape=block, transpose=bool(transpose), sr_bits=int(sr_bits),
-                      interpret=bool(interpret), config=config,
-                      stochastic=key_words is not None, margin=int(margin), hadamard=hb)
-
-
-@functools.partial(jax.jit, static_argnames=("fmt", "margin", "algo"))
-def delayed_update(history, scale, amax, *, fmt: str, margin: int, algo: str):
-  """DelayedScaling.update's step on the kernel's side (scalars.delayed_update_bits, integer
-  ops, no loop): (new history, new scale) as float32 from the state's history (n,), scale
-  and this step's amax. fmt: "e4m3", "e5m2" (numerator: the element max) or "nvfp4" (2688).
-  Run by XLA after the quantize launch, in a few fused kernels."""
-  def bits(v):
-    return lax.bitcast_convert_type(jnp.asarray(v, jnp.float32), jnp.uint32)
-
-  (n,) = history.shape
-  size = 1 << max(0, (n - 1).bit_length())                 # the twin wants a power of two
-  hist = jnp.pad(bits(history), (0, size - n))
-  numerator = (scalars.NVFP4_ENC_NUMERATOR_BITS if fmt == "nvfp4"
-               else scalars.format_max_bits(fmt))
-  new_hist, new_scale = scalars.delayed_update_bits(
-      hist, bits(amax).reshape(()), bits(scale), fmt_max_bits=numerator, margin=margin,
-      algo=algo, length=n)
-  as_float = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float32)
-  return as_float(new_hist[:n]), as_float(new_scale)
+  if history is not None:
+    history = jnp.asarray(history)
+    if qf.scaling not in ("tensor", "nvfp4") or scale is None:
+      raise ValueError("history (delayed scaling) needs a per-tensor format or nvfp4 and the "
+                       "state's scale")
+    if history.ndim != 1 or history.shape[0] < 1 or history.dtype != jnp.float32:
+      raise ValueError(f"history must be a float32 (n,) array, got {history.dtype}"
+                       f"{list(history.shape)}")
+    if history_algo not in scalars.AMAX_ALGOS:
+      raise ValueError(f"history_algo must be one of {scalars.AMAX_ALGOS}, got "
+                       f"{history_algo!r}")
+  return _quantize_2d(x, scale, amax, key, signs, history, fmt=qf.name,
+                      scale_mode=scale_mode, block_shape=block, transpose=bool(transpose),
+                      sr_bits=int(sr_bits), interpret=bool(interpret), config=config,
+                      stochastic=key_words is not None, margin=int(margin), hadamard=hb,
+                      history_algo=str(history_algo))
