@@ -92,20 +92,17 @@ CASES: dict[str, Case] = {
 XLA_OPS = ("copy", "xla_given", "xla_current", "xla_delayed", "jax_nn_mxfp8")
 # Variants of the kernel, called directly on 2D x with its table's QuantizeConfig changed, on
 # the cases listed (their rows' exact_vs_pallas: the same bytes as the pallas row or not):
-#   pallas_float  float_products: the GPU's float32 multiply (and, with a Hadamard rotation,
-#                 its add / sub) instead of integer float32 ops; exact where the GPU keeps
-#                 float32 subnormals, which the compiled tests check;
-#   pallas_int    float_encode off: the integer element encoder (the GPUs without fp8
-#                 conversions run it; the default before 2026-12-02).
+#   pallas_intmul  float_products off: the products by integer ops on bit patterns (the
+#                  pallas rows use the GPU's float32 multiply, exact there);
+#   pallas_int     float_products and float_encode off: every step integer ops (the kernel
+#                  of 2026-12-01).
 # "pallas@RxCxW" (--tiles) is the pallas row with block_rows R, block_cols C, num_warps W.
 VARIANTS: dict[str, dict[str, Any]] = {
-    "pallas_float": dict(float_products=True),
-    "pallas_int": dict(float_encode=False),
+    "pallas_intmul": dict(float_products=False),
+    "pallas_int": dict(float_products=False, float_encode=False),
 }
-IMPLS = ("pallas", "pallas_float", "pallas_int", "reference")
-FLOAT_CASES = ("e4m3_delayed", "nvfp4_delayed", "e4m3_delayed_sr", "mxfp4_had32",
-               "nvfp4_had16", "mxfp8", "mxfp4")
-VARIANT_CASES = {"pallas_float": FLOAT_CASES,
+IMPLS = ("pallas", "pallas_intmul", "pallas_int", "reference")
+VARIANT_CASES = {"pallas_intmul": ("e4m3_delayed", "nvfp4_delayed", "mxfp8", "mxfp4"),
                  "pallas_int": ("e4m3_delayed", "mxfp8", "mxfp4", "nvfp4_delayed")}
 TILE_CASES = ("e4m3_given", "mxfp8", "mxfp4", "nvfp4_delayed")
 # Priority order: the targets' size, then the fixed-cost sizes.

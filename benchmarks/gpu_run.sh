@@ -55,7 +55,8 @@ echo "gpu_run: $(date -u +%FT%TZ) limit ${LIMIT_S}s, results in $JSON"
 test_rc=skipped
 if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
   # The tests' time is mostly compilation (CPU): GPU_RUN_TEST_SHARDS pytest processes share
-  # the test ids round-robin and the GPU (no memory preallocation), one log each.
+  # the test ids round-robin and the GPU (no memory preallocation), one log each; -v names
+  # each test as it ends, so a shard cut by the timeout still says what passed and failed.
   shards=${GPU_RUN_TEST_SHARDS:-3}
   echo "gpu_run: [${SECONDS}s] tests (${shards} shards, at most ${TEST_TIMEOUT_S}s)"
   default_files="fp8lab_tests/test_gemv.py fp8lab_tests/test_ops.py fp8lab_tests/test_golden_gpu.py"
@@ -76,7 +77,7 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
     mapfile -t shard_ids < "$OUT/.shard_$i"
     timeout -k 10 "$TEST_TIMEOUT_S" env FP8LAB_GPU_TESTS=1 FP8LAB_SLOW_TESTS=1 \
       XLA_PYTHON_CLIENT_PREALLOCATE=false \
-      "$PY" -m pytest -q -p no:cacheprovider "${shard_ids[@]}" \
+      "$PY" -m pytest -v -rfE --tb=short -p no:cacheprovider "${shard_ids[@]}" \
       > "$OUT/.tests_$i.log" 2>&1 &
     pids+=($!)
   done
@@ -86,7 +87,9 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
     echo "== shard $i of $shards"; cat "$OUT/.tests_$i.log"
   done > "$OUT/test_${BENCH}_gpu.log"
   rm -f "$OUT"/.test_ids "$OUT"/.shard_* "$OUT"/.tests_*.log
-  grep -E '^(FAILED|ERROR)|passed|failed' "$OUT/test_${BENCH}_gpu.log"
+  grep -E '^(FAILED|ERROR)|passed|failed' "$OUT/test_${BENCH}_gpu.log" | grep -v ' PASSED'
+  echo "gpu_run: $(grep -c ' PASSED' "$OUT/test_${BENCH}_gpu.log") PASSED, $(grep -c ' FAILED' \
+    "$OUT/test_${BENCH}_gpu.log") FAILED lines"
   echo "gpu_run: [${SECONDS}s] tests rc=$test_rc (124: cut at ${TEST_TIMEOUT_S}s)"
 fi
 

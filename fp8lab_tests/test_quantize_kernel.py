@@ -347,20 +347,23 @@ def test_both_encoders_on_exact_and_ragged_tiles(fmt, block_shape, float_encode,
          config=QuantizeConfig(16, 32, float_encode=float_encode))
 
 
-@pytest.mark.parametrize("fmt,block_shape", _pick(
-    [("nvfp4", (16,)), ("nvfp4", (16, 16))] + [(f, None) for f in PER_TENSOR]
-    + [(f, None) for f in MX], (0, 4)))
-def test_float_products(fmt, block_shape):
-  """QuantizeConfig.float_products: the float32 multiply instruction for the products. On
-  the CPU (XLA flushes float32 subnormals) only inputs whose operands and products stay
-  normal (NaN and Inf included); compiled on the GPU, the specials with subnormals too."""
+@pytest.mark.parametrize("fmt,block_shape,fp", _pick(
+    [(f, b, fp) for f, b in [("nvfp4", (16,)), ("nvfp4", (16, 16))]
+     + [(f, None) for f in PER_TENSOR] + [(f, None) for f in MX] for fp in (True, False)],
+    (0, 8, 11)))
+def test_float_and_integer_products(fmt, block_shape, fp):
+  """QuantizeConfig.float_products True (the float32 multiply instruction for the products,
+  the default compiled) and False (integer ops, the default in interpret mode), each mode
+  where the other is the default. With the float multiply on the CPU (XLA flushes float32
+  subnormals) only inputs whose operands and products stay normal (NaN and Inf included);
+  compiled on the GPU, the specials with subnormals too."""
   rng = np.random.default_rng(6)
   x = (rng.standard_normal(SHAPE) * 2.0 ** rng.integers(-20, 20, SHAPE)).astype(np.float32)
   x[0, 3], x[1, 40], x[2, 70] = np.nan, -np.nan, -np.inf
   x[7] = np.resize(_ties(QUANTIZED[fmt].element), SHAPE[1])
-  if ON_GPU:
+  if ON_GPU or not fp:
     x = _specials(SHAPE, fmt=fmt)
-  cfg = QuantizeConfig(16, 32, float_products=True)
+  cfg = QuantizeConfig(16, 32, float_products=fp)
   scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
   _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True, config=cfg)
 
@@ -377,6 +380,20 @@ def _fp8_lines_are_conversions(ir: str) -> bool:
         "tt.bitcast" in line and re.search(r"xf8E\w+> -> tensor<[0-9x]+xi8>", line))):
       return False
   return True
+
+
+@pytest.mark.parametrize("fmt,margin,algo", [("e4m3", 0, "max"), ("nvfp4", -1, "max"),
+                                             ("e5m2", 2, "most_recent")])
+def test_delayed_fold_lowers_for_cuda(fmt, margin, algo):
+  """The in-launch delayed-scaling fold lowers to Triton IR for an H200 (the H200 run of
+  2026-12-02 failed there: a negated constant margin): an atomic unsigned max for the amax,
+  an atomic add for the done count, no float division."""
+  f = functools.partial(quantize_2d, fmt=fmt, scale=1.0, margin=margin,
+                        history=np.ones(24, np.float32), history_algo=algo,
+                        config=QuantizeConfig(16, 256, 8))
+  ir = triton_irs(f, jax.ShapeDtypeStruct((96, 320), jnp.bfloat16))[-1]
+  assert "tt.atomic_rmw umax" in ir and "tt.atomic_rmw add" in ir
+  assert "divf" not in ir
 
 
 def test_lowers_for_cuda_without_float_division_or_fp8():

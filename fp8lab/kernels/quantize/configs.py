@@ -20,12 +20,15 @@ __all__ = ["QuantizeConfig", "DEFAULT_CONFIGS", "TRANSPOSE_CONFIGS", "quantize_c
 @dataclasses.dataclass(frozen=True)
 class QuantizeConfig:
   """Tile of x one program reads (block_rows x block_cols, powers of two), the Triton
-  compiler parameters, and how the float32 products of nvfp4 and the per-tensor formats
-  (fl(x * enc_b), fl(x * scale)) are computed: False (default) with integer ops
-  (f32.mul_bits, exact everywhere); True with the float32 multiply instruction, exact IEEE
-  only where it keeps subnormal operands and results (the GPU's mul.f32 without ftz; NOT
-  XLA:CPU, which flushes them, so interpret mode with True is exact only away from
-  subnormals). True is the faster candidate for the GPU, to be measured.
+  compiler parameters, and the arithmetic.
+
+  float_products: how the products x * scale (per-tensor, blockwise), x * enc_b (nvfp4),
+  x * 2^-s (MX, with float_encode) and the Hadamard butterflies are computed. True: the
+  float32 multiply / add instructions, IEEE exact where they keep subnormal operands and
+  results, as the GPU's mul.rn.f32 does (every layout byte-equal to the golden model on the
+  H200 with subnormal inputs, 2026-12-02) and XLA:CPU does not (it flushes them). False:
+  integer ops on bit patterns (f32.mul_bits, exact everywhere, several times the
+  instructions). None (default): True compiled for a GPU, False in interpret mode.
 
   float_encode: round to nearest even with float instructions (the GPU's float pipe runs
   twice the integer pipe's rate): e2m1 codes by float32 adds (a + C - C), e4m3 / e5m2 codes
@@ -36,7 +39,7 @@ class QuantizeConfig:
   block_cols: int
   num_warps: int = 4
   num_stages: int = 1
-  float_products: bool = False
+  float_products: bool | None = None
   float_encode: bool = True
 
   def __post_init__(self):
@@ -48,7 +51,10 @@ class QuantizeConfig:
       v = getattr(self, name)
       if v & (v - 1):
         raise ValueError(f"QuantizeConfig.{name} must be a power of two, got {v!r}")
-    for name in ("float_products", "float_encode"):
+    if self.float_products is not None and not isinstance(self.float_products, bool):
+      raise ValueError(f"QuantizeConfig.float_products must be None or a bool, got "
+                       f"{self.float_products!r}")
+    for name in ("float_encode",):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"QuantizeConfig.{name} must be a bool, got "
                          f"{getattr(self, name)!r}")

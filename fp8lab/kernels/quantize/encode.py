@@ -263,15 +263,17 @@ def e2m1_float_code(vbits):
   """Saturating RNE e2m1 code (uint32, sign included) of float32 bits, from float adds:
   |v| clipped to 6, rounded to the e2m1 grid by a + C - C with the binade's C (exact: the
   sum is rounded once, to nearest even; a float32 subnormal gives 0 whether flushed or
-  not), and the grid value's code read from its float32 bits: from 1.0 up the exponent and
-  top mantissa bit (bits >> 22, rebiased: 1.0 -> 2), 0.5 -> 1, 0 -> 0. A NaN gives some
-  code: the callers force NaN / Inf blocks."""
+  not), then the grid value's code as a float, min(2r, r + 2, 7) (0, .5, 1, 1.5, 2 -> 0..4;
+  3, 4 -> 5, 6; 6 -> 7), read from the low bits of code + 2^23. Two integer instructions
+  per element (the sign's shift and one and-or): the float pipe takes the rest. A NaN gives
+  some code: the callers force NaN / Inf blocks."""
   a = jnp.minimum(lax.bitcast_convert_type(vbits & MAG, jnp.float32), np.float32(6.0))
   c0, c1, c2 = _E2M1_MAGIC
   c = jnp.where(a < np.float32(2.0), c0, jnp.where(a < np.float32(4.0), c1, c2))
   r = (a + c) - c
-  code = jnp.maximum(i32(u32(r) >> _U(22)) - 252, (r >= np.float32(0.5)).astype(jnp.int32))
-  return code.astype(jnp.uint32) | ((vbits >> _U(31)) << _U(3))
+  t = jnp.minimum(jnp.minimum(r + r, r + np.float32(2.0)), np.float32(7.0))
+  low = u32(t + np.float32(2.0**23))                      # 2^23 + t: t in the low bits
+  return (low & _U(7)) | ((vbits >> _U(28)) & _U(8))
 
 
 # ----------------------------------------------------------------------------------------

@@ -456,8 +456,9 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
     numerator = (scalars.NVFP4_ENC_NUMERATOR_BITS if kind == "nvfp4"
                  else scalars.format_max_bits(elem))
     delayed = (history.shape[0], margin, history_algo, int(numerator))
+  float_products = (not interpret) if cfg.float_products is None else cfg.float_products
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
-               stochastic, sr_bits, cfg.float_products, hadamard, float_encode=float_encode,
+               stochastic, sr_bits, float_products, hadamard, float_encode=float_encode,
                fp8_cvt=float_encode and (cc is None or cc >= 8.9),
                even=rows % tr == 0 and cols % tc == 0, delayed=delayed)
 

@@ -39,7 +39,10 @@ def current_scale_bits(amax_bits, fmt_max_bits, margin, fallback_bits) -> jax.Ar
   finite. The sign of amax_bits is ignored. margin: an int (or int32 array)."""
   amax = jnp.asarray(amax_bits, jnp.uint32) & MAG_BITS
   q = div_bits(jnp.broadcast_to(jnp.asarray(fmt_max_bits, jnp.uint32), amax.shape), amax)
-  scale = ldexp_bits(q, -jnp.asarray(margin, jnp.int32))
+  # a Python int margin negated here: the Triton lowering cannot negate a constant array
+  shift = -int(margin) if isinstance(margin, (int, np.integer)) else -jnp.asarray(margin,
+                                                                                  jnp.int32)
+  scale = ldexp_bits(q, jnp.int32(shift) if isinstance(shift, int) else shift)
   scale = jnp.where(scale == INF_BITS, FLT_MAX_BITS, scale)
   usable = (amax != _U(0)) & (amax < INF_BITS)
   return jnp.where(usable, scale, jnp.asarray(fallback_bits, jnp.uint32))
