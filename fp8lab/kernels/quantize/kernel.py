@@ -228,9 +228,9 @@ def _fold_delayed(amax_ref, count_ref, hist_ref, new_hist_ref, new_scale_ref, sc
   amax_ref[0] (an atomic unsigned max of non-negative float bits: order-free, so
   deterministic), then counts itself done in count_ref[0] (both zeroed by the caller). The
   program that counts last (acquire / release atomics: it sees every other program's max)
-  reads the amax, rolls the history and computes the next scale with the integer twin of
-  DelayedScaling.update (scalars.delayed_update_bits), on the (N,) power-of-two padding of
-  the n-long history."""
+  reads the amax, rolls the history (a load at offsets i - 1) and computes the next scale
+  with the integer twin of DelayedScaling.update (scalars.delayed_update_bits), on the (N,)
+  power-of-two padding of the n-long history."""
   n, margin, algo, numerator = spec.delayed
   size = 1 << max(0, (n - 1).bit_length())
   at = jnp.int32(0)
@@ -241,9 +241,12 @@ def _fold_delayed(amax_ref, count_ref, hist_ref, new_hist_ref, new_scale_ref, sc
   def _last():
     amax = plgpu.atomic_max(amax_ref, at, jnp.uint32(0))  # the max of every program's
     idx = lax.iota(jnp.int32, size)
-    hist = plgpu.load(hist_ref.at[idx], mask=idx < n, other=0)
+    # the old history moved up one slot: entry i - 1 into slot i (clamped offsets, masked)
+    shifted = plgpu.load(hist_ref.at[jnp.clip(idx - 1, 0, n - 1)],
+                         mask=(idx >= 1) & (idx < n), other=0)
     new_hist, new_scale = scalars.delayed_update_bits(
-        hist, amax, scal_ref[3], fmt_max_bits=numerator, margin=margin, algo=algo, length=n)
+        shifted, amax, scal_ref[3], fmt_max_bits=numerator, margin=margin, algo=algo,
+        length=n)
     plgpu.store(new_hist_ref.at[idx], new_hist, mask=idx < n)
     new_scale_ref[0] = new_scale
 

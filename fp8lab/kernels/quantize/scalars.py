@@ -18,7 +18,7 @@ from fp8lab.formats import E2M1, E4M3, ElementFormat, get_format
 from fp8lab.kernels.quantize.f32 import (FLT_MAX_BITS, INF_BITS, MAG_BITS, ONE_BITS, QNAN_BITS,
                                          clz, div_bits, ldexp_bits, mul_bits)
 
-__all__ = ["format_max_bits", "current_scale_bits", "delayed_update_bits", "shift_in",
+__all__ = ["format_max_bits", "current_scale_bits", "delayed_update_bits",
            "nvfp4_tensor_scales_bits", "e4m3_code_bits", "nvfp4_block_decode_factor_bits",
            "nvfp4_block_encode_factor_bits", "AMAX_ALGOS"]
 
@@ -48,51 +48,38 @@ def current_scale_bits(amax_bits, fmt_max_bits, margin, fallback_bits) -> jax.Ar
   return jnp.where(usable, scale, jnp.asarray(fallback_bits, jnp.uint32))
 
 
-def shift_in(values, fill) -> jax.Array:
-  """[fill, values[0], ..., values[N-2]] for a 1-D array of power-of-two length N: the
-  history roll, written with ops the Triton lowering has (reshape to (N/2, 2), lax.unstack
-  and lax.stack on the last axis), not concatenate/gather. Even slots of the result are the
-  odd slots of `values` shifted in by one (recursively), odd slots the even ones."""
-  values = jnp.asarray(values)
-  fill = jnp.asarray(fill, values.dtype)
-  n = values.shape[0]
-  if n & (n - 1):
-    raise ValueError(f"shift_in needs a power-of-two length, got {n}")
-  if n == 1:
-    return jnp.broadcast_to(fill, (1,))
-  even, odd = lax.unstack(values.reshape(n // 2, 2), axis=1)
-  return lax.stack([shift_in(odd, fill), even], axis=1).reshape(n)
-
-
-def delayed_update_bits(history_bits, amax_bits, scale_bits, *, fmt_max_bits, margin: int,
+def delayed_update_bits(shifted_bits, amax_bits, scale_bits, *, fmt_max_bits, margin: int,
                         algo: str = "max", length: int | None = None
                         ) -> tuple[jax.Array, jax.Array]:
   """DelayedScaling.update on bits: returns (new_history_bits, new_scale_bits).
 
-  history_bits: (N,) uint32, index 0 the newest amax. N must be a power of two (the Triton
-  lowering's tensors are); a history of `length` n < N entries is passed zero-padded to N
-  with length=n (default N): entries at index >= n are ignored and come back as 0.
+  shifted_bits: (N,) uint32, the old history moved up one slot: entry i holds the old
+  entry i - 1 (index 0 the newest amax) for 1 <= i < n, n = length (default N); entry 0 and
+  entries >= n are ignored. The caller shifts (a kernel by loading at offset i - 1: a roll
+  by reshapes and stacks crashes Triton's compiler on the H200). N must be a power of two
+  (the Triton lowering's tensors are).
   amax_bits: this step's amax as raw float32 bits (0-d or (1,)); stored in slot 0 as given.
   scale_bits: the current scale's bits, kept when amax_ref is 0 or not finite.
-  New history: amax at 0, entry i-1 at i for 1 <= i < n (the oldest dropped). amax_ref: the
-  max of the new history's magnitude bits ("max": NaN wins, then the old scale is kept) or
-  the newest's ("most_recent"); then current_scale_bits(amax_ref, fmt_max_bits, margin,
-  scale_bits). The new scale has scale_bits' shape."""
+  New history: amax at 0, the old entry i-1 at i for 1 <= i < n (the oldest dropped), 0 at
+  i >= n. amax_ref: the max of the new history's magnitude bits ("max": NaN wins, then the
+  old scale is kept) or the newest's ("most_recent"); then current_scale_bits(amax_ref,
+  fmt_max_bits, margin, scale_bits). The new scale has scale_bits' shape."""
   if algo not in AMAX_ALGOS:
     raise ValueError(f"algo must be one of {AMAX_ALGOS}, got {algo!r}")
-  history = jnp.asarray(history_bits, jnp.uint32)
-  (size,) = history.shape
+  shifted = jnp.asarray(shifted_bits, jnp.uint32)
+  (size,) = shifted.shape
+  if size & (size - 1):
+    raise ValueError(f"the history needs a power-of-two length, got {size}")
   n = size if length is None else int(length)
   if not 1 <= n <= size:
     raise ValueError(f"length must be in [1, {size}], got {length!r}")
   amax = jnp.asarray(amax_bits, jnp.uint32).reshape(())
   idx = lax.iota(jnp.int32, size)
-  new_history = jnp.where(idx < n, shift_in(history, amax), _U(0))
+  kept = (idx >= 1) & (idx < n)                         # the old entries 0 .. n-2
+  new_history = jnp.where(idx == 0, amax, jnp.where(kept, shifted, _U(0)))
   if algo == "max":
-    # Non-negative float bits order like the values, NaN above Inf: an integer max. The kept
-    # old entries are 0 .. n-2; the max of zero-filled padding cannot change the result.
-    old = jnp.where(idx < n - 1, history & MAG_BITS, _U(0))
-    ref = jnp.maximum(jnp.max(old), amax & MAG_BITS)
+    # Non-negative float bits order like the values, NaN above Inf: an integer max.
+    ref = jnp.maximum(jnp.max(jnp.where(kept, shifted & MAG_BITS, _U(0))), amax & MAG_BITS)
   else:
     ref = amax & MAG_BITS
   scale_bits = jnp.asarray(scale_bits, jnp.uint32)
