@@ -271,3 +271,39 @@ def test_none_off_the_gpu_is_unchanged(monkeypatch, spy):
   fp8lab.gemv_packed(w, jnp.ones((128,)), interpret=True)
   fp8lab.gemv_packed(_weight("e4m3_block"), jnp.ones((128,)))
   assert spy == ["reference", "pallas", "reference"]
+
+
+# --- the benchmark grid the table is measured on ------------------------------------------
+
+
+def test_named_dispatch_plan_is_issue_20s_grid():
+  from benchmarks import bench_gemv  # pylint: disable=import-outside-toplevel
+  default = bench_gemv.Grid(ops=("pallas",), formats=("e4m3", "mxfp4"), sizes=("64x64",),
+                            batches=(1,))
+  (grid,) = bench_gemv.parse_plan(bench_gemv.NAMED_PLANS["dispatch"], default)
+  assert grid == bench_gemv.Grid(
+      ops=("pallas", "xla_packed", "xla_e4m3"), formats=("e4m3", "mxfp4"),
+      sizes=("16384x16384", "4096x14336", "14336x4096", "6144x4096", "28672x4096",
+             "128256x4096"),
+      batches=(1, 4, 16, 64))
+
+
+def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
+  """--plan=dispatch on a CPU keeps its ops and the --formats, at the smoke sizes; its JSON
+  is a smoke run, which the tuning script refuses."""
+  out = tmp_path / "gemv.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+  proc = subprocess.run(
+      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), "--plan=dispatch",
+       "--formats=nvfp4", "--sizes=64x128", "--batches=2", f"--out={out}"],
+      env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  doc = json.loads(out.read_text())
+  assert doc["settings"]["grids"] == [{"ops": ["pallas", "xla_packed", "xla_e4m3"],
+                                       "formats": ["nvfp4"], "sizes": ["64x128"],
+                                       "batches": [2]}]
+  assert {(r["op"], r["size"], r["batch"], r["status"]) for r in doc["rows"]} == {
+      (op, "64x128", 2, "ok") for op in ("pallas", "xla_packed", "xla_e4m3")}
+  with pytest.raises(ValueError, match="smoke"):
+    tune.build([("smoke", doc)])
