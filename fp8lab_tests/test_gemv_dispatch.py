@@ -45,6 +45,8 @@ def test_layout_of_names_registry_layouts():
 
 
 def test_seeded_table_picks_what_the_h200_runs_measured():
+  """Pins the seed (the runs of SOURCES at the time of writing): a regenerated table with
+  other runs updates these numbers, read again from its results files."""
   # gemv_h200_20261201_215647.json, 16384x16384 batch 1, op device time: bf16 weights
   # pallas 127.97 us, xla 120.45 us; e4m3 pallas 69.01, xla 116.43; batch 16: bf16 pallas
   # 169.97, xla 654.61.
@@ -83,11 +85,9 @@ def test_committed_table_is_what_its_sources_give():
   with open(tune.TABLE_PATH) as f:
     text = f.read()
   paths = tune.source_paths(text)
-  assert [os.path.basename(p) for p in paths] == [
-      "gemv_h200_20261130_233426.json", "gemv_h200_grid_20261130_235729.json",
-      "gemv_h200_20261201_215647.json"]
+  assert paths and all(os.path.exists(p) for p in paths)
   assert tune.regenerate(text, tune.load(paths)) == text
-  assert len(dispatch.TABLE) == 140
+  assert set(dispatch.SOURCES) == {key[0] for key in dispatch.TABLE}
 
 
 def _row(op, fmt, size, batch, dev_us, status="ok"):
