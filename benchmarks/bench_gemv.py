@@ -28,6 +28,7 @@ Usage:
   python benchmarks/bench_gemv.py                          # smoke on CPU, full grid on a GPU
   python benchmarks/bench_gemv.py --formats=e4m3,mxfp4 --sizes=16384x16384 --batches=1,16
   python benchmarks/bench_gemv.py --ops=pallas,xla_e4m3 --out=/tmp/r.json
+  python benchmarks/bench_gemv.py --plan=dispatch --formats=e4m3,nvfp4   # issue 20's grid
   python benchmarks/bench_gemv.py --summarize=benchmarks/results/gemv_h200_....json \
       --sizes=16384x16384 --batches=1,16                   # print a table from a results file
 """
@@ -99,6 +100,17 @@ INT_DECODE_FORMATS = tuple(name for name, (q, _) in FORMATS.items()
 DEFAULT_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "bf16")
 GPU_SIZES = ("16384x16384", "4096x14336", "14336x4096", "8192x8192", "4096x4096")
 SMOKE_SIZES = ("256x512", "200x300")
+# Issue 20's grid: 16384^2 and a Llama-3-8B decode step's projections (down 4096 x 14336,
+# 14336 x 4096, fused QKV 6144 x 4096, fused gate-up 28672 x 4096, LM head 128256 x 4096).
+LLAMA_SIZES = ("16384x16384", "4096x14336", "14336x4096", "6144x4096", "28672x4096",
+               "128256x4096")
+# --plan=NAME runs one of these plans (formats from --formats unless the plan names them).
+# "dispatch": what benchmarks/tune_gemv_dispatch.py needs for every cell of issue 20's grid
+# (pallas and the xla path over the same words) and XLA's float8-weight GEMV beside them.
+NAMED_PLANS = {
+    "dispatch": (f"sizes={','.join(LLAMA_SIZES)} batches=1,4,16,64 "
+                 "ops=pallas,xla_packed,xla_e4m3"),
+}
 GPU_BATCHES = (1, 16, 4, 64)
 SMOKE_BATCHES = (1, 4)
 # Weight dtype and x dtype of each XLA baseline.
@@ -155,7 +167,8 @@ _PLAN = flags.DEFINE_string(
     "plan", None, "Several grids run in order in one process (one copy-bandwidth measurement, "
     "one JSON), separated by ';', each setting any of ops=, formats=, sizes=, batches= and "
     "taking the rest from those flags, e.g. 'sizes=16384x16384 batches=1,16; "
-    "sizes=4096x14336,14336x4096 formats=e4m3,mxfp4 batches=1'.")
+    "sizes=4096x14336,14336x4096 formats=e4m3,mxfp4 batches=1', or the name of one of "
+    f"NAMED_PLANS ({', '.join(NAMED_PLANS)}).")
 _SUMMARIZE = flags.DEFINE_string(
     "summarize", None, "Print the table of an existing results JSON (filtered by --sizes, "
     "--batches, --formats, --ops when given) and exit.")
@@ -632,7 +645,8 @@ def main(argv: list[str]) -> None:
                  batches=tuple(batches))
   with cli.usage_errors():
     default.validate()
-    grids = parse_plan(_PLAN.value, default) if _PLAN.value else [default]
+    plan = NAMED_PLANS.get(_PLAN.value, _PLAN.value)
+    grids = parse_plan(plan, default) if plan else [default]
   if smoke and len(grids) > 1:
     # A smoke run keeps the plan's ops and formats (so a dry run checks them) but not its
     # real-size grids: one grid of the smoke sizes and batches.

@@ -8,6 +8,7 @@ fp8lab/ops/_op.py.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from jax import lax
 
 from fp8lab.formats import get_quantized_format
 from fp8lab.kernels import gemv as gemv_kernel
+from fp8lab.kernels.gemv import dispatch as gemv_dispatch
 from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.hadamard import hadamard
 from fp8lab.ops import _op
@@ -35,9 +37,12 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       supported: x is rotated the same way first (the rotation is orthogonal, so the
       product is that of the unrotated operands up to rounding).
     x: (k,) or (..., k) float32, bfloat16 or float16 (a batch of tokens).
-    implementation: None (the Pallas kernel on a GPU, the reference elsewhere; for formats
-      the kernel does not serve, fp8lab.kernels.gemv.serves_format: "xla" on a GPU, the
-      reference elsewhere), "pallas",
+    implementation: None (on a GPU the faster of the Pallas kernel and "xla" as measured
+      for this device, layout, shape and batch: the table of fp8lab/kernels/gemv/dispatch.py,
+      the kernel where it has no entry, and the kernel whenever fp8_decode is given; the
+      reference elsewhere; interpret=True: the kernel; for formats the kernel does not serve,
+      fp8lab.kernels.gemv.serves_format: "xla" on a GPU, the reference elsewhere; the batch
+      is x's rows as this call sees them, before a vmap folds its axis in), "pallas",
       "xla" (jnp: the packed words bitcast to XLA's float8 / float4 dtype, upcast and scaled
       in XLA's fusion, a float32 dot at HIGHEST precision) or "reference" (golden-model
       dequantize + jnp.dot at HIGHEST precision). See fp8lab/ops/_op.py.
@@ -99,6 +104,8 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
                        "on a GPU, 'reference' elsewhere, without interpret=True)")
     if implementation is None:
       implementation = "xla" if _op.on_gpu() else "reference"
+  elif implementation is None and not interpret and fp8_decode is None and _op.on_gpu():
+    implementation = _dispatched(w, x)
   implementation = _op.resolve_implementation("gemv_packed", implementation, interpret)
   # Native or integer fp8 decode (FP8LAB_GEMV_NATIVE_FP8 / the GPU), read here at each call
   # (a static argument below, so cached traces of either path stay apart).
@@ -108,6 +115,15 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   native = (implementation == "pallas"
             and gemv_kernel.native_fp8_requested(interpret, fp8_decode))
   return _gemv(implementation, interpret, native, w, x)
+
+
+def _dispatched(w, x: jax.Array) -> str:
+  """implementation=None on a GPU: the dispatch table's pick for this device, layout, shape
+  and number of x rows (fp8lab/kernels/gemv/dispatch.py; "pallas" where it has no entry)."""
+  n_out, k = w.shape
+  batch = math.prod(x.shape[:-1])
+  return gemv_dispatch.choose(gemv_dispatch.device_kind(),
+                              gemv_dispatch.layout_of(w.format, w.block_shape), n_out, k, batch)
 
 
 def _check_operands(w, x) -> jax.Array:

@@ -1,0 +1,309 @@
+"""Tests of gemv_packed's dispatch table (fp8lab/kernels/gemv/dispatch.py), the script that
+writes it (benchmarks/tune_gemv_dispatch.py) and `implementation=None` on a GPU.
+
+The expected picks are read by hand from the committed H200 results files named in the
+comments; the script's expected output for a synthetic results file is written out here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fp8lab
+from benchmarks import tune_gemv_dispatch as tune
+from fp8lab.kernels.gemv import dispatch
+from fp8lab.ops import _op
+from fp8lab.ops import gemv as gemv_op
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+H200 = "NVIDIA H200"
+
+
+@pytest.mark.parametrize("n,want", [(1, 1), (2, 2), (3, 4), (5, 4), (6, 8), (4096, 4096),
+                                    (5792, 4096), (5793, 8192), (6144, 8192), (14336, 16384),
+                                    (28672, 32768), (128256, 131072)])
+def test_shape_bucket_rounds_to_the_nearest_power_of_two_on_a_log_scale(n, want):
+  # 5792 < 4096 * sqrt(2) = 5792.6 < 5793
+  assert dispatch.shape_bucket(n, 64) == (want, 64)
+  assert dispatch.shape_bucket(64, n) == (64, want)
+
+
+def test_layout_of_names_registry_layouts():
+  assert dispatch.layout_of("nvfp4", (16,)) == "nvfp4"
+  assert dispatch.layout_of("nvfp4", (16, 16)) == "nvfp4_2d"
+  assert dispatch.layout_of("e4m3", None) == "e4m3"
+  assert dispatch.layout_of("mxfp4", (32,)) == "mxfp4"
+  assert dispatch.layout_of("e4m3_block", (128, 128)) == "e4m3_block_2d"
+  assert dispatch.layout_of("nvfp4", (32, 16)) == "nvfp4:32x16"     # no layout: no entries
+
+
+def test_seeded_table_picks_what_the_h200_runs_measured():
+  """Pins the seed (the runs of SOURCES at the time of writing): a regenerated table with
+  other runs updates these numbers, read again from its results files."""
+  # gemv_h200_20261201_215647.json, 16384x16384 batch 1, op device time: bf16 weights
+  # pallas 127.97 us, xla 120.45 us; e4m3 pallas 69.01, xla 116.43; batch 16: bf16 pallas
+  # 169.97, xla 654.61.
+  e = dispatch.lookup(H200, "bf16", 16384, 16384, 1)
+  assert (e.impl, e.pallas_us, e.xla_us, e.shape) == ("xla", 128.0, 120.5, "16384x16384")
+  assert e.source == "gemv_h200_20261201_215647"
+  assert dispatch.choose(H200, "e4m3", 16384, 16384, 1) == "pallas"
+  assert dispatch.lookup(H200, "e4m3", 16384, 16384, 1).xla_us == 116.4
+  assert dispatch.choose(H200, "bf16", 16384, 16384, 16) == "pallas"
+  # Shapes in the same bucket take its entry: 15000 x 17000 rounds to 16384 x 16384.
+  assert dispatch.choose(H200, "bf16", 15000, 17000, 1) == "xla"
+  # Batch buckets: the smallest measured batch >= the call's (2 -> 4, pallas there).
+  assert dispatch.lookup(H200, "bf16", 16384, 16384, 2).pallas_us == 129.4
+  assert dispatch.choose(H200, "bf16", 16384, 16384, 2) == "pallas"
+  # 14336 x 4096 batch 64 from gemv_h200_20261130_233426: nvfp4 pallas 63.2 us (no xla row).
+  e = dispatch.lookup(H200, "nvfp4", 14336, 4096, 64)
+  assert (e.impl, e.pallas_us, e.xla_us, e.source) == ("pallas", 63.2, None,
+                                                       "gemv_h200_20261130_233426")
+
+
+def test_lookup_falls_back_to_the_kernel():
+  assert dispatch.FALLBACK == "pallas"
+  assert dispatch.lookup(H200, "bf16", 16384, 16384, 65) is None       # above every batch
+  assert dispatch.choose(H200, "bf16", 16384, 16384, 65) == "pallas"
+  assert dispatch.lookup("NVIDIA A100-SXM4-80GB", "bf16", 16384, 16384, 1) is None
+  assert dispatch.choose("NVIDIA A100-SXM4-80GB", "bf16", 16384, 16384, 1) == "pallas"
+  assert dispatch.lookup(H200, "bf16", 256, 512, 1) is None            # unmeasured bucket
+  assert dispatch.lookup(H200, "nvfp4:32x16", 16384, 16384, 1) is None
+  table = {("G", "e4m3", (64, 64), 4): dispatch.Entry("xla", 2.0, 1.0, None, "64x64", "s")}
+  assert dispatch.choose("G", "e4m3", 60, 70, 3, table) == "xla"
+  assert dispatch.choose("G", "e4m3", 60, 70, 5, table) == "pallas"
+
+
+def test_committed_table_is_what_its_sources_give():
+  """The table file is the script's output from the results files its SOURCES name."""
+  with open(tune.TABLE_PATH) as f:
+    text = f.read()
+  paths = tune.source_paths(text)
+  assert paths and all(os.path.exists(p) for p in paths)
+  assert tune.regenerate(text, tune.load(paths)) == text
+  assert set(dispatch.SOURCES) == {key[0] for key in dispatch.TABLE}
+
+
+def _row(op, fmt, size, batch, dev_us, status="ok"):
+  n, k = size.split("x")
+  row = {"op": op, "format": fmt, "size": size, "n_out": int(n), "k": int(k), "batch": batch,
+         "status": status, "time_us": 99.0}
+  if dev_us is not None:
+    row["device_us_per_op"] = dev_us
+  return row
+
+
+def _doc(date, rows, device="Test GPU", smoke=False):
+  return {"date": date, "smoke": smoke, "machine": {"device_kind": device}, "rows": rows}
+
+
+_TEMPLATE = """x = 1
+# BEGIN GENERATED TABLE: old header
+SOURCES = {'Other GPU': ('gemv_other',), 'Test GPU': ('gemv_stale',)}
+_MEASURED = {
+    ('Other GPU', 'e4m3', (1024, 1024), 1): ('xla', 5.0, 4.0, None, '1024x1024', 'gemv_other'),
+    ('Test GPU', 'bf16', (64, 64), 1): ('xla', 5.0, 4.0, None, '64x64', 'gemv_stale'),
+}
+# END GENERATED TABLE
+y = 2
+"""
+
+_EXPECTED = """x = 1
+# BEGIN GENERATED TABLE: written by benchmarks/tune_gemv_dispatch.py; rerun it, do not edit.
+SOURCES: dict[str, tuple[str, ...]] = {
+    'Other GPU': (
+        'gemv_other',
+    ),
+    'Test GPU': (
+        'gemv_old',
+        'gemv_new',
+    ),
+}
+# (device kind, layout, (n_out, k) bucket, batch bucket):
+#     (implementation, pallas us, xla us, XLA float8 us, measured shape, results file)
+_MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
+    ('Other GPU', 'e4m3', (1024, 1024), 1):
+        ('xla', 5.0, 4.0, None, '1024x1024', 'gemv_other'),
+    ('Test GPU', 'e4m3', (1024, 2048), 1):
+        ('pallas', 11.0, 13.0, 10.0, '1024x2048', 'gemv_new'),
+    ('Test GPU', 'e4m3', (1024, 2048), 4):
+        ('xla', 20.0, 15.5, None, '1024x2048', 'gemv_old'),
+    ('Test GPU', 'mxfp4', (1024, 2048), 1):
+        ('pallas', 8.0, None, 9.0, '1024x2048', 'gemv_old'),
+    ('Test GPU', 'nvfp4_2d', (4096, 2048), 2):
+        ('xla', 30.0, 29.9, None, '3000x2048', 'gemv_old'),
+}
+# END GENERATED TABLE
+y = 2
+"""
+
+
+def _synthetic_docs():
+  old = _doc("2026-01-01T00:00:00+00:00", [
+      _row("xla_e4m3", "float8_e4m3fn", "1024x2048", 1, 9.0),
+      _row("pallas", "e4m3", "1024x2048", 1, 10.0),
+      _row("xla_packed", "e4m3", "1024x2048", 1, 12.0),
+      _row("pallas", "e4m3", "1024x2048", 4, 20.0),
+      _row("xla_packed", "e4m3", "1024x2048", 4, 15.5),        # faster: xla
+      # the same bucket, farther from it (1100 rounds to 1024): left out
+      _row("pallas", "e4m3", "1100x2048", 4, 50.0),
+      _row("pallas", "mxfp4", "1024x2048", 1, 8.0),            # no xla row: pallas
+      _row("pallas", "nvfp4_2d", "3000x2048", 2, 30.04),       # 3000 rounds to 4096
+      _row("xla_packed", "nvfp4_2d", "3000x2048", 2, 29.91),
+      _row("pallas", "mxfp4_had32", "1024x2048", 1, 1.0),      # a variant, not a layout
+      _row("pallas", "e5m2", "1024x2048", 1, 1.0, status="error"),
+      _row("pallas", "f16", "1024x2048", 1, None),             # no device time
+  ])
+  new = _doc("2026-02-01T00:00:00+00:00", [           # a later run replaces e4m3 batch 1
+      _row("xla_e4m3", "float8_e4m3fn", "1024x2048", 1, 10.0),
+      _row("pallas", "e4m3", "1024x2048", 1, 11.0),
+      _row("xla_packed", "e4m3", "1024x2048", 1, 13.0),
+  ])
+  return [("gemv_new", new), ("gemv_old", old)]         # given newest first: dates order them
+
+
+def test_tuning_script_writes_the_table_from_a_synthetic_run():
+  assert tune.regenerate(_TEMPLATE, _synthetic_docs()) == _EXPECTED
+  # Deterministic: the output rebuilt from itself is the same bytes.
+  assert tune.regenerate(_EXPECTED, _synthetic_docs()) == _EXPECTED
+
+
+def test_tuning_script_output_is_a_working_table():
+  sources, measured = tune.parse_block(tune._split(_EXPECTED)[1])
+  assert sources["Test GPU"] == ("gemv_old", "gemv_new")
+  table = {k: dispatch.Entry(*v) for k, v in measured.items()}
+  assert dispatch.choose("Test GPU", "e4m3", 1024, 2048, 3, table) == "xla"
+  assert dispatch.choose("Test GPU", "e4m3", 1024, 2048, 1, table) == "pallas"
+  assert dispatch.choose("Test GPU", "nvfp4_2d", 3000, 2048, 1, table) == "xla"
+  assert dispatch.choose("Test GPU", "bf16", 64, 64, 1, table) == "pallas"   # stale: gone
+
+
+def test_tuning_script_rejects_smoke_runs():
+  with pytest.raises(ValueError, match="smoke"):
+    tune.build([("s", _doc("2026-01-01", [_row("pallas", "e4m3", "64x64", 1, 1.0)],
+                           smoke=True))])
+
+
+def test_tuning_script_command_line(tmp_path):
+  table = tmp_path / "dispatch.py"
+  table.write_text(_TEMPLATE)
+  paths = []
+  for name, doc in _synthetic_docs():
+    paths.append(tmp_path / f"{name}.json")
+    paths[-1].write_text(json.dumps(doc))
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+  cmd = [sys.executable, os.path.join(_REPO, "benchmarks", "tune_gemv_dispatch.py"),
+         f"--table={table}", f"--results={paths[1]},{paths[0]}"]
+  check = subprocess.run(cmd + ["--check"], env=env, capture_output=True, text=True)
+  assert check.returncode == 1 and table.read_text() == _TEMPLATE
+  run = subprocess.run(cmd, env=env, capture_output=True, text=True)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert table.read_text() == _EXPECTED
+  assert "xla    Test GPU e4m3 1024x2048 b=4: xla 15.5 < pallas 20.0 us" in run.stdout
+  assert "behind Test GPU e4m3 1024x2048 b=1: pallas 11.0 > XLA float8 10.0 us" in run.stdout
+  again = subprocess.run(cmd + ["--check"], env=env, capture_output=True, text=True)
+  assert again.returncode == 0 and "up to date" in again.stdout
+
+
+# --- implementation=None -------------------------------------------------------------------
+
+
+@pytest.fixture
+def spy(monkeypatch):
+  """Records the implementation gemv_packed resolves to instead of running it."""
+  calls = []
+
+  def fake(implementation, interpret, native, w, x):
+    calls.append(implementation)
+    return jnp.zeros(x.shape[:-1] + (w.shape[0],), x.dtype)
+  monkeypatch.setattr(gemv_op, "_gemv", fake)
+  return calls
+
+
+def _weight(fmt="e4m3", n=64, k=128, **kw):
+  return fp8lab.quantize(jnp.asarray(np.random.default_rng(0).standard_normal((n, k)),
+                                     jnp.float32), fmt, axis=-1, **kw)
+
+
+def test_none_on_a_gpu_resolves_through_the_table(monkeypatch, spy):
+  monkeypatch.setattr(_op, "on_gpu", lambda: True)
+  monkeypatch.setattr(dispatch, "device_kind", lambda: "Test GPU")
+  monkeypatch.setattr(dispatch, "TABLE", {
+      ("Test GPU", "e4m3", (64, 128), 4): dispatch.Entry("xla", 2.0, 1.0, None, "64x128", "t"),
+      ("Test GPU", "e4m3", (64, 128), 16):
+          dispatch.Entry("pallas", 2.0, 3.0, None, "64x128", "t"),
+      ("Test GPU", "nvfp4_2d", (64, 128), 1):
+          dispatch.Entry("xla", 2.0, 1.0, None, "64x128", "t"),
+  })
+  w = _weight()
+  fp8lab.gemv_packed(w, jnp.ones((128,)))                  # batch 1 -> bucket 4: xla
+  fp8lab.gemv_packed(w, jnp.ones((2, 2, 128)))             # 4 rows
+  fp8lab.gemv_packed(w, jnp.ones((5, 128)))                # bucket 16: pallas
+  fp8lab.gemv_packed(w, jnp.ones((17, 128)))               # above the table: the fallback
+  fp8lab.gemv_packed(_weight(n=60, k=100), jnp.ones((128 - 28,)))   # same bucket: xla
+  fp8lab.gemv_packed(_weight("nvfp4", block_shape=(16, 16)), jnp.ones((128,)))
+  fp8lab.gemv_packed(_weight("nvfp4"), jnp.ones((128,)))   # 1D scales: another layout
+  assert spy == ["xla", "xla", "pallas", "pallas", "xla", "xla", "pallas"]
+  spy.clear()
+  # Given an implementation, a decode or interpret mode, the table is not asked.
+  fp8lab.gemv_packed(w, jnp.ones((128,)), implementation="pallas")
+  fp8lab.gemv_packed(w, jnp.ones((128,)), fp8_decode="integer")
+  fp8lab.gemv_packed(w, jnp.ones((128,)), interpret=True)
+  fp8lab.gemv_packed(w, jnp.ones((128,)), implementation="reference")
+  assert spy == ["pallas", "pallas", "pallas", "reference"]
+
+
+def test_none_off_the_gpu_is_unchanged(monkeypatch, spy):
+  monkeypatch.setattr(_op, "on_gpu", lambda: False)
+
+  def no_table(*a, **k):
+    raise AssertionError("the table is for GPUs")
+  monkeypatch.setattr(dispatch, "choose", no_table)
+  w = _weight()
+  fp8lab.gemv_packed(w, jnp.ones((128,)))
+  fp8lab.gemv_packed(w, jnp.ones((128,)), interpret=True)
+  fp8lab.gemv_packed(_weight("e4m3_block"), jnp.ones((128,)))
+  assert spy == ["reference", "pallas", "reference"]
+
+
+# --- the benchmark grid the table is measured on ------------------------------------------
+
+
+def test_named_dispatch_plan_is_issue_20s_grid():
+  from benchmarks import bench_gemv  # pylint: disable=import-outside-toplevel
+  default = bench_gemv.Grid(ops=("pallas",), formats=("e4m3", "mxfp4"), sizes=("64x64",),
+                            batches=(1,))
+  (grid,) = bench_gemv.parse_plan(bench_gemv.NAMED_PLANS["dispatch"], default)
+  assert grid == bench_gemv.Grid(
+      ops=("pallas", "xla_packed", "xla_e4m3"), formats=("e4m3", "mxfp4"),
+      sizes=("16384x16384", "4096x14336", "14336x4096", "6144x4096", "28672x4096",
+             "128256x4096"),
+      batches=(1, 4, 16, 64))
+
+
+def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
+  """--plan=dispatch on a CPU keeps its ops and the --formats, at the smoke sizes; its JSON
+  is a smoke run, which the tuning script refuses."""
+  out = tmp_path / "gemv.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+  proc = subprocess.run(
+      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), "--plan=dispatch",
+       "--formats=nvfp4", "--sizes=64x128", "--batches=2", f"--out={out}"],
+      env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  doc = json.loads(out.read_text())
+  assert doc["settings"]["grids"] == [{"ops": ["pallas", "xla_packed", "xla_e4m3"],
+                                       "formats": ["nvfp4"], "sizes": ["64x128"],
+                                       "batches": [2]}]
+  assert {(r["op"], r["size"], r["batch"], r["status"]) for r in doc["rows"]} == {
+      (op, "64x128", 2, "ok") for op in ("pallas", "xla_packed", "xla_e4m3")}
+  with pytest.raises(ValueError, match="smoke"):
+    tune.build([("smoke", doc)])
