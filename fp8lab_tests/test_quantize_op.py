@@ -181,6 +181,31 @@ def test_quantize_dispatch_default_is_the_golden_model_on_a_cpu():
     assert np.asarray(u).tobytes() == np.asarray(v).tobytes()
 
 
+def test_default_on_a_gpu_is_the_kernel_where_it_serves_the_call(monkeypatch):
+  """implementation=None on a GPU: the kernel for every scaling kind it serves, the golden
+  model where it does not (here a Hadamard block of 64). The GPU and the kernel are faked:
+  the kernel path raises a marker."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  qop = importlib.import_module("fp8lab.ops.quantize")      # the module, not the function
+
+  class KernelCalled(Exception):
+    pass
+
+  def fake_kernel(*args, **kwargs):
+    raise KernelCalled()
+
+  monkeypatch.setattr(qop._op, "on_gpu", lambda: True)
+  monkeypatch.setattr(qop, "_kernel", fake_kernel)
+  x = _x((16, 128), seed=7)
+  for fmt, kw in [("e4m3", dict(scale=1.0)), ("mxfp4", {}), ("nvfp4", {}),
+                  ("e4m3_block", {})]:
+    with pytest.raises(KernelCalled):
+      fp8lab.quantize(x, fmt, **kw)
+  got = fp8lab.quantize(x, "mxfp4", hadamard=64)
+  want = fp8lab.quantize(x, "mxfp4", hadamard=64, implementation="reference")
+  assert np.asarray(got.data).tobytes() == np.asarray(want.data).tobytes()
+
+
 # ----------------------------------------------------------------------------------------
 # The Pallas implementation against the reference, byte for byte (interpret mode on a CPU,
 # compiled with FP8LAB_GPU_TESTS=1).

@@ -17,7 +17,7 @@ import numpy as np
 from fp8lab.formats import ElementFormat
 from fp8lab.kernels.quantize import f32
 
-__all__ = ["TILE", "BLOCK_LENGTHS", "unserved_block", "finite_magnitudes", "block_scale_bits"]
+__all__ = ["TILE", "BLOCK_LENGTHS", "TRANSPOSE_MAX_BLOCK", "unserved_block", "finite_magnitudes", "block_scale_bits"]
 
 _U = np.uint32
 # The 2D tile the kernel serves (DeepSeek-V3's / Float8BlockScaling's weight tiles).
@@ -29,10 +29,22 @@ BLOCK_LENGTHS = (16, 32, 64, 128, 256)
 _POW2_MASK = _U(0xFF800000)
 
 
-def unserved_block(fmt: str, block_shape: tuple[int, ...]) -> str | None:
+# With transpose a 1D block spans the tile's rows and its columns: a 256-long block needs a
+# 256 x 256 tile, for which Triton asks 256 KiB of shared memory (the H200 gives a program
+# 227 KiB: RESOURCE_EXHAUSTED, 2026-12-02).
+TRANSPOSE_MAX_BLOCK = 128
+
+
+def unserved_block(fmt: str, block_shape: tuple[int, ...],
+                   transpose: bool = False) -> str | None:
   """Why the kernel cannot serve blockwise format `fmt` with `block_shape` (a sentence), or
   None."""
   block_shape = tuple(block_shape)
+  if (transpose and len(block_shape) == 1 and block_shape[0] in BLOCK_LENGTHS
+      and block_shape[0] > TRANSPOSE_MAX_BLOCK):
+    return (f"the kernel serves {fmt!r} with transpose=True for 1D blocks up to "
+            f"{TRANSPOSE_MAX_BLOCK}, not {block_shape[0]}: the tile would need more shared "
+            "memory than a GPU program has")
   if block_shape == TILE or (len(block_shape) == 1 and block_shape[0] in BLOCK_LENGTHS):
     return None
   lengths = ", ".join(map(str, BLOCK_LENGTHS))

@@ -585,7 +585,7 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
     raise ValueError(f"quantize_2d takes a 2D x, got shape {x.shape}")
   block = qf.block_shape if block_shape is None else tuple(int(b) for b in block_shape)
   if qf.scaling == "block":
-    why = blockwise.unserved_block(qf.name, block)
+    why = blockwise.unserved_block(qf.name, block, bool(transpose))
     if why is not None:
       raise ValueError(why)
   elif qf.scaling != "tensor" and block not in qf.block_shapes:
