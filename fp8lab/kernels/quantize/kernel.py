@@ -106,9 +106,23 @@ def _scale_dtype(kind: str):
   return jnp.uint32 if kind == "block" else jnp.uint8
 
 
+class _Scalars(NamedTuple):
+  """The launch's scalar inputs, each its own small array (an XLA-side stack of them was one
+  more kernel per call): first (1,) the per-tensor scale or nvfp4's fl(S_enc / 6) (0 for
+  the other kinds); key (2,) the threefry key words (stochastic rounding, else None);
+  given (1,) the scale or S_enc as given, where it is not `first` (delayed nvfp4), else
+  None."""
+  first: Any
+  key: Any = None
+  given: Any = None
+
+  def given_bits(self):
+    return (self.first if self.given is None else self.given)[0]
+
+
 def _random_bits(scal_ref, idx):
   """threefry2x32(k0, k1, idx, 0)[0] (numerics/random.py's counter rule)."""
-  k0, k1 = scal_ref[1], scal_ref[2]
+  k0, k1 = scal_ref.key[0], scal_ref.key[1]
   bits, _ = threefry2x32(k0, k1, idx, jnp.zeros_like(idx))
   return bits
 
@@ -147,7 +161,7 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
   elem = _elem(spec)
   if spec.kind == "tensor":
     # the scale as a scalar: its unpacking in the product is done once, not per element
-    p = _product(bits, scal_ref[0], spec)
+    p = _product(bits, scal_ref.first[0], spec)
     # fl(x * scale) of a NaN is the canonical, positive NaN (docs/numerics.md section 8)
     return _encode(p, elem, spec, rbits, nan_code=elem.nan_code), None
   if spec.kind == "block":                 # docs/numerics.md section 8b: finite block amax
@@ -184,7 +198,7 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
     else:
       codes = _encode(enc.shift_bits(bits, grow(s)), elem, spec, None)
   else:                                                     # nvfp4, docs/numerics.md 5
-    sf = jnp.full(bm.shape, scal_ref[0], jnp.uint32)       # fl(S_enc * fl(1/6))
+    sf = jnp.full(bm.shape, scal_ref.first[0], jnp.uint32)  # fl(S_enc * fl(1/6))
     sc = enc.encode_bits(f32.mul_bits(bm, sf), E4M3)
     sc = jnp.where(nonfinite, _U(E4M3.nan_code), sc)
     enc_b = plgpu.load(tab_ref.at[enc.i32(sc)])            # enc_b of each scale code
@@ -218,59 +232,72 @@ def _store_rows_t(ref, vals, vrows, vcols, n_vrows: int, n_vcols: int, dtype,
 
 def _finite_max(mag):
   """(1,) largest finite magnitude bits of a tile (0 if none), reduced one axis at a time
-  (the Triton lowering's multi-axis reduction fails under an explicit abstract mesh)."""
-  return jnp.max(jnp.max(jnp.where(mag < enc.INF, mag, _U(0)), axis=1), axis=0)[None]
+  (the Triton lowering's multi-axis reduction fails under an explicit abstract mesh). The
+  plain max first: below Inf it is the answer, and only a tile holding NaN / Inf (a branch
+  of the whole program) masks them out, so a finite tile pays one max per element, not a
+  compare, a select and a max."""
+  tmax = jnp.max(jnp.max(mag, axis=1), axis=0)
+  finite = lambda: jnp.max(jnp.max(jnp.where(mag < enc.INF, mag, _U(0)), axis=1), axis=0)
+  return lax.cond(tmax < enc.INF, lambda: tmax, finite)[None]
 
 
-def _fold_delayed(amax_ref, count_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
+def _fold_delayed(sync_ref, amax_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
                   tile_amax, n_prog: int, spec: _Spec):
   """Delayed scaling inside the launch. Every program folds its tile's finite amax into
-  amax_ref[0] (an atomic unsigned max of non-negative float bits: order-free, so
-  deterministic), then counts itself done in count_ref[0] (both zeroed by the caller). The
+  sync_ref[0] (an atomic unsigned max of non-negative float bits: order-free, so
+  deterministic), then counts itself done in sync_ref[1] (both zeroed by the caller). The
   program that counts last (acquire / release atomics: it sees every other program's max)
-  reads the amax, rolls the history (a load at offsets i - 1) and computes the next scale
-  with the integer twin of DelayedScaling.update (scalars.delayed_update_bits), on the (N,)
-  power-of-two padding of the n-long history."""
+  reads the amax into amax_ref, rolls the history (a load at offsets i - 1) and computes
+  the next scale with the integer twin of DelayedScaling.update
+  (scalars.delayed_update_bits), on the (N,) power-of-two padding of the n-long history.
+  Called before the program's own stores, so that the atomics' release fences wait on none
+  of them."""
   n, margin, algo, numerator = spec.delayed
   size = 1 << max(0, (n - 1).bit_length())
-  at = jnp.int32(0)
-  plgpu.atomic_max(amax_ref, at, tile_amax[0])
-  done = plgpu.atomic_add(count_ref, at, jnp.uint32(1))
+  plgpu.atomic_max(sync_ref, jnp.int32(0), tile_amax[0])
+  done = plgpu.atomic_add(sync_ref, jnp.int32(1), jnp.uint32(1))
 
   @pl.when(done == _U(n_prog - 1))
   def _last():
-    amax = plgpu.atomic_max(amax_ref, at, jnp.uint32(0))  # the max of every program's
+    # the max of every program's
+    amax = plgpu.atomic_max(sync_ref, jnp.int32(0), jnp.uint32(0))
+    amax_ref[0] = amax
     idx = lax.iota(jnp.int32, size)
     # the old history moved up one slot: entry i - 1 into slot i (clamped offsets, masked)
     shifted = plgpu.load(hist_ref.at[jnp.clip(idx - 1, 0, n - 1)],
                          mask=(idx >= 1) & (idx < n), other=0)
     new_hist, new_scale = scalars.delayed_update_bits(
-        shifted, amax, scal_ref[3], fmt_max_bits=numerator, margin=margin, algo=algo,
+        shifted, amax, scal_ref.given_bits(), fmt_max_bits=numerator, margin=margin, algo=algo,
         length=n)
     plgpu.store(new_hist_ref.at[idx], new_hist, mask=idx < n)
     new_scale_ref[0] = new_scale
 
 
 def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
-  """One tile; see the module docstring. refs: x, scalars (uint32 (4,): [0] the scale or
-  nvfp4's fl(S_enc / 6), [1], [2] the threefry key words, [3] the per-tensor scale or S_enc
-  as given), enc_b table (nvfp4), Hadamard signs, the history and the two zeroed words
-  (delayed), then the outputs data, scales, amax (partials; delayed: one word), data_t,
-  scales_t, the done count, the new history and scale (the present ones, in that order)."""
+  """One tile; see the module docstring. refs: x, the _Scalars (first; key with stochastic
+  rounding; given with delayed nvfp4), enc_b table (nvfp4), Hadamard signs, the history and
+  the zeroed (amax, count) pair (delayed), then the outputs data, scales, amax (partials;
+  delayed: one word), data_t, scales_t, tensor scale (per-tensor formats), the pair, the
+  new history and scale (the present ones, in that order)."""
   refs = list(refs)
-  x_ref, scal_ref = refs.pop(0), refs.pop(0)
+  x_ref = refs.pop(0)
+  first = refs.pop(0)
+  key = refs.pop(0) if spec.stochastic else None
+  given = refs.pop(0) if spec.delayed and spec.kind == "nvfp4" else None
+  scal_ref = _Scalars(first, key, given)
   tab_ref = refs.pop(0) if spec.kind == "nvfp4" else None
   signs_ref = refs.pop(0) if spec.hadamard else None
   if spec.delayed:
     hist_ref = refs.pop(0)
-    refs.pop(0), refs.pop(0)              # the zeroed words, aliased to their outputs
+    refs.pop(0)                             # the zeroed pair, aliased to its output
   data_ref = refs.pop(0)
   scales_ref = refs.pop(0) if has_scales else None
   amax_ref = refs.pop(0)
   data_t_ref = refs.pop(0) if spec.transpose else None
   scales_t_ref = refs.pop(0) if spec.transpose and has_scales else None
+  ts_ref = refs.pop(0) if spec.kind == "tensor" else None
   if spec.delayed:
-    count_ref, new_hist_ref, new_scale_ref = refs.pop(0), refs.pop(0), refs.pop(0)
+    sync_ref, new_hist_ref, new_scale_ref = refs.pop(0), refs.pop(0), refs.pop(0)
   assert not refs
   elem = _elem(spec)
   pw = elem.per_word
@@ -286,8 +313,15 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
   bits = enc.to_f32_bits(x)
   mag = bits & enc.MAG
   tile_amax = _finite_max(mag)                      # the amax of x as given
-  if not spec.delayed:
+  if spec.delayed:
+    _fold_delayed(sync_ref, amax_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
+                  tile_amax, n_prog, spec)
+  else:
     amax_ref[pl.ds(pid, 1)] = tile_amax
+  if ts_ref is not None:
+    @pl.when(pid == 0)
+    def _tensor_scale():                    # 1 / scale, stored once (integer division)
+      ts_ref[0] = f32.reciprocal_bits(scal_ref.first[0])
   if spec.hadamard:
     # The rows' blocks rotated first, as the golden model does (C is a multiple of the
     # block and tiles are block-aligned: masked columns are whole blocks of zeros).
@@ -318,9 +352,6 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
   if spec.transpose:
     _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
                 data_t_ref, scales_t_ref, has_scales)
-  if spec.delayed:                         # last: after this program's stores
-    _fold_delayed(amax_ref, count_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
-                  tile_amax, n_prog, spec)
 
 
 def _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec, scal_ref, tab_ref,
@@ -465,7 +496,6 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
                fp8_cvt=float_encode and (cc is None or cc >= 8.9),
                even=rows % tr == 0 and cols % tc == 0, delayed=delayed)
 
-  k0, k1 = (key[0], key[1]) if stochastic else (jnp.uint32(0), jnp.uint32(0))
   first = jnp.uint32(0)
   table = tensor_scale = amax_bits = None
   given_scale = (None if scale is None
@@ -475,15 +505,18 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
     if first is None:                       # current scaling: the amax pass decides the scale
       first = scalars.current_scale_bits(_first_pass_amax(x, cfg, interpret),
                                          scalars.format_max_bits(elem), margin, f32.ONE_BITS)
-    tensor_scale = f32.reciprocal_bits(first)
   elif kind == "nvfp4":
     given = None
     if given_scale is None:
       given = (_first_pass_amax(x, cfg, interpret) if amax is None
                else lax.bitcast_convert_type(amax.reshape(()), jnp.uint32) & enc.MAG)
     first, tensor_scale, table = _nvfp4_scalars(given, given_scale)
-  scal = jnp.stack([first, k0, k1, jnp.uint32(0) if given_scale is None else given_scale]
-                   ).astype(jnp.uint32)
+  # the _Scalars, each its own array: reshapes and bitcasts of scalars are free
+  scal = [jnp.asarray(first, jnp.uint32).reshape(1)]
+  if stochastic:
+    scal.append(key.astype(jnp.uint32).reshape(2))
+  if delayed and kind == "nvfp4":
+    scal.append(given_scale.reshape(1))
 
   pw = elem.per_word
   has_scales = kind != "tensor"
@@ -502,15 +535,16 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
       n_scale_t = ((n_scale[1], n_scale[0]) if len(block) == 2
                    else (cols, -(-rows // block[0])))
       outs.append(jax.ShapeDtypeStruct((n_scale_t[0] * n_scale_t[1],), _scale_dtype(kind)))
-  operands = ([x.reshape(-1), scal] + ([table] if kind == "nvfp4" else [])
+  if kind == "tensor":
+    outs.append(jax.ShapeDtypeStruct((1,), jnp.uint32))   # 1 / scale, from program 0
+  operands = ([x.reshape(-1)] + scal + ([table] if kind == "nvfp4" else [])
               + ([signs] if hadamard else []))
   aliases = {}
   if delayed:
-    # the amax word and the done count start at 0 (zeroed inputs, updated in place)
-    aliases = {len(operands) + 1: 1 + has_scales, len(operands) + 2: len(outs)}
-    operands += [lax.bitcast_convert_type(history, jnp.uint32), jnp.zeros((1,), jnp.uint32),
-                 jnp.zeros((1,), jnp.uint32)]
-    outs += [jax.ShapeDtypeStruct((1,), jnp.uint32),
+    # the (amax, done count) pair starts at 0 (one zeroed input, updated in place)
+    aliases = {len(operands) + 1: len(outs)}
+    operands += [lax.bitcast_convert_type(history, jnp.uint32), jnp.zeros((2,), jnp.uint32)]
+    outs += [jax.ShapeDtypeStruct((2,), jnp.uint32),
              jax.ShapeDtypeStruct((delayed[0],), jnp.uint32),
              jax.ShapeDtypeStruct((1,), jnp.uint32)]
   res = list(pl.pallas_call(
@@ -530,6 +564,8 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   if transpose:
     data_t = res.pop(0).reshape(cols, -(-rows // pw))
     scales_t = scale_out(res.pop(0).reshape(n_scale_t)) if has_scales else None
+  if kind == "tensor":
+    tensor_scale = res.pop(0).reshape(())
   new_history = new_scale = None
   if delayed:
     _, new_history, new_scale = res
