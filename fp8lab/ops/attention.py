@@ -75,8 +75,8 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   masked by causality are real cache data: a NaN there still reaches the output through
   0 * NaN in P V, in both paths, as in any float32 attention.
 
-  Works under jax.jit, jax.vmap (a vmapped q / lengths / positions / table folds into the
-  batch; a vmapped cache runs one call per example) and jax.grad with respect to q (through
+  Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
+  tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with respect to q (through
   the reference path).
 
   Raises:
@@ -319,28 +319,46 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, q, k, v, kv_l
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, paged: bool):
-  """The kernel call with a vmap rule: a vmapped q / lengths / positions / table is folded
-  into the batch (one launch); a vmapped cache runs one launch per example."""
+def _batched_pallas(interpret: bool, sm_scale: float, page_size: int):
+  """The kernel call with a vmap rule. Query tokens attend independently given the cache,
+  so a vmapped q / q_positions (the cache, lengths and table shared) folds into the query
+  tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch per example
+  (lax.map)."""
   call = functools.partial(_pallas_call, interpret, sm_scale, page_size)
 
-  def flat(*ops):
-    return jnp.concatenate([a.reshape(a.shape[0], -1).astype(jnp.float32)
-                            for a in call(*ops)], axis=1)
+  @jax.custom_batching.custom_vmap
+  def batched(q, k, v, kv_lengths, q_positions, table):
+    return call(q, k, v, kv_lengths, q_positions, table)
 
-  # The two results travel as one (B, ...) array through fold_vmap, which folds one output.
-  return _op.fold_vmap(flat, foldable=(True, False, False, True, True) + ((True,) if paged
-                                                                          else ()))
+  @batched.def_vmap
+  def rule(axis_size, in_batched, q, k, v, kv_lengths, q_positions, table):
+    flags = [any(jax.tree_util.tree_leaves(b)) for b in in_batched]
+    n = axis_size
+    if not any(flags[1:4]) and not flags[5]:
+      if not flags[0]:
+        q = jnp.broadcast_to(q, (n,) + q.shape)
+      if not flags[4]:
+        q_positions = jnp.broadcast_to(q_positions, (n,) + q_positions.shape)
+      bsz, tq = q.shape[1], q.shape[2]
+      qf = jnp.moveaxis(q, 0, 1).reshape((bsz, n * tq) + q.shape[3:])
+      pf = jnp.moveaxis(q_positions, 0, 1).reshape(bsz, n * tq)
+      o, lse = batched(qf, k, v, kv_lengths, pf, table)
+      o = jnp.moveaxis(o.reshape((bsz, n, tq) + o.shape[2:]), 1, 0)
+      lse = jnp.moveaxis(lse.reshape((bsz, n, tq) + lse.shape[2:]), 1, 0)
+      return (o, lse), (True, True)
+    ops = (q, k, v, kv_lengths, q_positions, table)
+    full = [jax.tree_util.tree_map(
+        lambda leaf, b: leaf if b else jnp.broadcast_to(leaf, (n,) + leaf.shape), op, bat)
+            for op, bat in zip(ops, in_batched)]
+    return lax.map(lambda args: batched(*args), tuple(full)), (True, True)
+
+  return batched
 
 
 def _pallas(interpret: bool, sm_scale: float, page_size: int, q, k, v, kv_lengths,
             q_positions, table):
-  bsz, tq, hq, dim = q.shape
-  ops = (q, k, v, kv_lengths, q_positions) + ((table,) if table is not None else ())
-  both = _batched_pallas(interpret, sm_scale, page_size, table is not None)(*ops)
-  n_o = tq * hq * dim
-  o = both[:, :n_o].reshape(bsz, tq, hq, dim).astype(q.dtype)
-  return o, both[:, n_o:].reshape(bsz, tq, hq)
+  return _batched_pallas(interpret, sm_scale, page_size)(q, k, v, kv_lengths, q_positions,
+                                                         table)
 
 
 def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, q, k, v,
@@ -357,7 +375,9 @@ def _reference_of(implementation, interpret, sm_scale, page_size, *operands):
 
 # Every implementation differentiates through the reference: dq only (K / V codes, lengths
 # and tables get no cotangent).
-_attention = _op.reference_vjp(_forward, _reference_of, n_static=4)
+# jitted (static: the first four arguments) so that an eager call reuses its compiled form.
+_attention = jax.jit(_op.reference_vjp(_forward, _reference_of, n_static=4),
+                     static_argnums=(0, 1, 2, 3))
 
 
 # ---------------------------------------------------------------------------- cache update
