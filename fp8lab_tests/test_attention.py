@@ -26,6 +26,10 @@ So |o - o64| <= (2.5 eta + (2S + 16) u) max_j |v_j| (2.5 for the second-order te
 being tiny), max over the positions the row sees, plus the unit roundoff of q's dtype
 times |o64| when the output is rounded to bfloat16 / float16. The log-sum-exp:
 |lse - lse64| <= eta + (S + 8) u (|lse| + 1).
+The "bf16x3" dots (AttentionConfig.dots): q and p as three exact bfloat16 parts, K / V values
+exact in bfloat16 with their float32 per-tensor / per-token factor applied to the products
+(two more roundings per score: (D + 3) u above; one per P V product: 4 more u max|v|), and
+the tensor cores' float32 accumulation, which truncates: the addition terms double.
 """
 
 from __future__ import annotations
@@ -83,9 +87,10 @@ def _values64(x) -> np.ndarray:
   return np.asarray(x.astype(jnp.float32), np.float64)
 
 
-def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None):
+def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None, tensor_cores=False):
   """float64 attention over dequantized K / V (numpy): (o, lse, o_tol, lse_tol), the
-  tolerances of the module docstring for float32 arithmetic."""
+  tolerances of the module docstring for float32 arithmetic; `tensor_cores`: for the
+  "bf16x3" dots (module docstring, last paragraph)."""
   q = np.asarray(q.astype(jnp.float32), np.float64)
   bsz, tq, hq, dim = q.shape
   cap, hkv = kd.shape[1], kd.shape[2]
@@ -110,9 +115,10 @@ def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None):
         p = np.exp(s - m)
         o[b, t, h] = p @ v / p.sum()
         lse[b, t, h] = m + np.log(p.sum())
-        delta = (dim + 1) * U32 * sm * (np.abs(k) @ np.abs(q[b, t, h])).max()
+        tc = 2 if tensor_cores else 1
+        delta = tc * (dim + 3) * U32 * sm * (np.abs(k) @ np.abs(q[b, t, h])).max()
         eta = 2 * delta + 8 * U32 * np.abs(s).max() + 2.0**-21
-        o_tol[b, t, h] = (2.5 * eta + (2 * n + 16) * U32) * np.abs(v).max()
+        o_tol[b, t, h] = (2.5 * eta + tc * (2 * n + 20) * U32) * np.abs(v).max()
         lse_tol[b, t, h] = eta + (n + 8) * U32 * (abs(lse[b, t, h]) + 1)
   return o, lse, o_tol, lse_tol
 
@@ -181,6 +187,26 @@ def test_decode_codes_matches_golden(elem):
   d = np.arange(cw.shape[1])
   cut = U.word_codes(jnp.asarray(words)[:, d // f.per_word], f, jnp.asarray(d % f.per_word))
   np.testing.assert_array_equal(np.asarray(cut), cw)
+
+
+def test_split_bf16_parts_sum_exactly():
+  """split_bf16 (q and p of the "bf16x3" dots): three bfloat16 parts whose float32 sum is x
+  bit for bit, for random float32 bit patterns of normal magnitude (2^-100 .. 2^100, both
+  signs) and for zeros; which operands take the exact bfloat16 path."""
+  rng = np.random.default_rng(1)
+  exp = rng.integers(127 - 100, 127 + 100, 20000, dtype=np.uint32)
+  bits = (rng.integers(0, 2, 20000, dtype=np.uint32) << 31) | (exp << 23) | rng.integers(
+      0, 1 << 23, 20000, dtype=np.uint32)
+  x = np.concatenate([bits.view(np.float32), np.array([0.0, -0.0, 1.0], np.float32)])
+  parts = jax.jit(AK.split_bf16)(jnp.asarray(x))
+  total = (np.asarray(parts[2], np.float32) + np.asarray(parts[1], np.float32)
+           ) + np.asarray(parts[0], np.float32)
+  np.testing.assert_array_equal(np.abs(total).view(np.uint32), np.abs(x).view(np.uint32))
+  assert all(AK.split_serves(AK.kv_plan(_kv(f, jnp.zeros((1, 4, 1, 64))), 64))
+             for f in ("e4m3", "e5m2", "e4m3_block", "mxfp8", "mxfp4", "nvfp4", "bf16"))
+  assert not any(AK.split_serves(AK.kv_plan(x, 64)) for x in (
+      _kv("f16", jnp.zeros((1, 4, 1, 64))), jnp.zeros((1, 4, 1, 64), jnp.float32),
+      fp8lab.quantize(jnp.zeros((1, 4, 1, 64)), "e4m3_block", block_shape=(32,))))
 
 
 # ---------------------------------------------------------------------------- every format
@@ -387,24 +413,30 @@ def test_paged_equals_contiguous(fmt, page_size):
 
 # ---------------------------------------------------------------------------- splits
 
-@pytest.mark.parametrize("n_splits,block_s", [(1, 16), (4, 16), (8, 32)])
-def test_splits_and_blocks(n_splits, block_s):
+@pytest.mark.parametrize("n_splits,block_s,dots,kfmt,vfmt", [
+    (1, 16, "f32", "e4m3_block", "mxfp4"), (4, 16, "f32", "e4m3_block", "mxfp4"),
+    (8, 32, "f32", "e4m3_block", "mxfp4"), (2, 32, "bf16x3", "e4m3_block", "nvfp4"),
+    (2, 16, "bf16x3", "mxfp8", "e4m3"), (2, 16, "bf16x3", "bf16", "f16")] + _slow(
+    (2, 16, "bf16x3", "nvfp4", "e4m3_block"), (4, 32, "bf16x3", "mxfp4", "bf16"),
+    (2, 16, "bf16x3", "e5m2", None), (2, 16, "bf16x3", "e4m3_block", "bfloat16")))
+def test_splits_and_blocks(n_splits, block_s, dots, kfmt, vfmt):
   """Other launch configurations (splits past the length included) within the bound;
   combine is a fixed-order merge."""
   bsz, cap, hkv = SHAPE
   dim, group = 64, 4
-  k = _kv("e4m3_block", _normal(24, (bsz, cap, hkv, dim)))
-  v = _kv("mxfp4", _normal(25, (bsz, cap, hkv, dim)))
+  k = _kv(kfmt, _normal(24, (bsz, cap, hkv, dim), 2.0))
+  v = (_normal(25, (bsz, cap, hkv, dim)).astype(jnp.bfloat16) if vfmt == "bfloat16" else
+       _kv(vfmt, _normal(25, (bsz, cap, hkv, dim))))
   q = _normal(26, (bsz, 1, hkv * group, dim))
   lengths = _lengths(bsz, cap)
   q_rows = jnp.pad(q.reshape(bsz, hkv, group, dim), ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
   qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
-  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits)
+  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots)
   o, lse = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
                                kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim),
                                capacity=cap, page_size=cap, sm_scale=1 / 8, config=cfg,
                                interpret=INTERPRET)
-  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths)
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
   assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, "o")
 
 

@@ -9,8 +9,10 @@ reference elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +27,7 @@ from fp8lab.ops import _op
 from fp8lab.ops.quantize import quantize as _quantize
 from fp8lab.quantized import QuantizedArray
 
-__all__ = ["attention", "kv_cache_update", "HEAD_DIMS"]
+__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV"]
 
 HEAD_DIMS = (64, 128, 256)
 # attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
@@ -33,6 +35,10 @@ _IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
 # KV kinds (KVPlan.kind of K and V) whose default on a GPU is the kernel, once its compiled
 # tests have passed there; the others keep the reference as their default.
 _KERNEL_DEFAULT: frozenset[str] = frozenset()
+# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "f32" (default: IEEE
+# float32 dots) or "bf16x3" (exact bfloat16 parts on the tensor cores for the operands
+# kernels/attention.split_serves takes). Experimental until measured and tested compiled.
+DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
 # The position given to query rows that see every key (non-causal attention).
 _NO_LIMIT = np.iinfo(np.int32).max
 
@@ -126,7 +132,10 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   if not isinstance(return_lse, bool):
     raise TypeError(f"attention: return_lse must be a bool, got {return_lse!r}")
   impl = _resolve(implementation, interpret, k, v, dim)
-  o, lse = _attention(impl, interpret, float(sm_scale), page_size, q, k, v, kv_lengths,
+  dots = os.environ.get(DOTS_ENV, "") or "f32"
+  if dots not in attn_kernel.DOTS:
+    raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
+  o, lse = _attention(impl, interpret, float(sm_scale), page_size, dots, q, k, v, kv_lengths,
                       q_positions, block_tables)
   return (o, lse) if return_lse else o
 
@@ -293,8 +302,8 @@ def _group_rows(tq: int, group: int) -> int:
   return max(attn_kernel.MIN_ROWS, 1 << max(0, (tq * group - 1).bit_length()))
 
 
-def _pallas_call(interpret: bool, sm_scale: float, page_size: int, q, k, v, kv_lengths,
-                 q_positions, table=None):
+def _pallas_call(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v,
+                 kv_lengths, q_positions, table=None):
   bsz, tq, hq, dim = q.shape
   hkv = k.shape[2]
   group = hq // hkv
@@ -307,7 +316,8 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, q, k, v, kv_l
   qpos = jnp.pad(qpos, ((0, 0), (0, rows - tq * group)), constant_values=_NO_LIMIT)
   capacity = table.shape[1] * page_size if table is not None else k.shape[1]
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
-  cfg = attn_kernel.attention_config(bsz, hkv, capacity, dim, interpret)
+  cfg = dataclasses.replace(attn_kernel.attention_config(bsz, hkv, capacity, dim, interpret),
+                            dots=dots)
   o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
                                         vplan=vplan, capacity=capacity, page_size=page_size,
                                         sm_scale=sm_scale, config=cfg, interpret=interpret)
@@ -319,12 +329,12 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, q, k, v, kv_l
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_pallas(interpret: bool, sm_scale: float, page_size: int):
+def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, dots: str):
   """The kernel call with a vmap rule. Query tokens attend independently given the cache,
   so a vmapped q / q_positions (the cache, lengths and table shared) folds into the query
   tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch per example
   (lax.map)."""
-  call = functools.partial(_pallas_call, interpret, sm_scale, page_size)
+  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, dots)
 
   @jax.custom_batching.custom_vmap
   def batched(q, k, v, kv_lengths, q_positions, table):
@@ -355,29 +365,29 @@ def _batched_pallas(interpret: bool, sm_scale: float, page_size: int):
   return batched
 
 
-def _pallas(interpret: bool, sm_scale: float, page_size: int, q, k, v, kv_lengths,
+def _pallas(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v, kv_lengths,
             q_positions, table):
-  return _batched_pallas(interpret, sm_scale, page_size)(q, k, v, kv_lengths, q_positions,
-                                                         table)
+  return _batched_pallas(interpret, sm_scale, page_size, dots)(q, k, v, kv_lengths,
+                                                               q_positions, table)
 
 
-def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, q, k, v,
-             kv_lengths, q_positions, table):
+def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, dots: str,
+             q, k, v, kv_lengths, q_positions, table):
   if implementation == "reference":
     return _reference(sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
-  return _pallas(interpret, sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
+  return _pallas(interpret, sm_scale, page_size, dots, q, k, v, kv_lengths, q_positions, table)
 
 
-def _reference_of(implementation, interpret, sm_scale, page_size, *operands):
-  del implementation, interpret
+def _reference_of(implementation, interpret, sm_scale, page_size, dots, *operands):
+  del implementation, interpret, dots
   return _reference(sm_scale, page_size, *operands)
 
 
 # Every implementation differentiates through the reference: dq only (K / V codes, lengths
 # and tables get no cotangent).
-# jitted (static: the first four arguments) so that an eager call reuses its compiled form.
-_attention = jax.jit(_op.reference_vjp(_forward, _reference_of, n_static=4),
-                     static_argnums=(0, 1, 2, 3))
+# jitted (static: the first five arguments) so that an eager call reuses its compiled form.
+_attention = jax.jit(_op.reference_vjp(_forward, _reference_of, n_static=5),
+                     static_argnums=(0, 1, 2, 3, 4))
 
 
 # ---------------------------------------------------------------------------- cache update

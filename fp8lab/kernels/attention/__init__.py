@@ -4,9 +4,11 @@ works and what it serves."""
 
 from __future__ import annotations
 
-from fp8lab.kernels.attention.kernel import (MIN_ROWS, AttentionConfig, KVPlan,
+from fp8lab.kernels.attention.kernel import (DOTS, MIN_ROWS, AttentionConfig, KVPlan,
                                              attention_config, attention_pallas,
-                                             attention_partials, combine, kv_plan, serves)
+                                             attention_partials, combine, kv_plan, serves,
+                                             split_bf16, split_serves)
 
-__all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "attention_config", "attention_pallas",
-           "attention_partials", "combine", "kv_plan", "serves"]
+__all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "DOTS", "attention_config",
+           "attention_pallas", "attention_partials", "combine", "kv_plan", "serves",
+           "split_bf16", "split_serves"]

@@ -39,11 +39,13 @@ from fp8lab.formats import ElementFormat, get_format, get_quantized_format
 from fp8lab.kernels import device, unpack
 
 __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
-           "attention_partials", "combine", "attention_pallas", "MIN_ROWS"]
+           "attention_partials", "combine", "attention_pallas", "MIN_ROWS", "DOTS",
+           "split_serves", "split_bf16"]
 
 # tl.dot needs M >= 16: the query rows of a program are padded to a power of two >= 16.
 MIN_ROWS = 16
 _KERNEL_SCALINGS = ("tensor", "block", "mx", "nvfp4", "none")
+DOTS = ("f32", "bf16x3")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +86,7 @@ def serves(fmt: str, block_shape) -> bool:
 def kv_plan(x, dim: int) -> KVPlan:
   """The plan of a KV operand (a QuantizedArray quantized along D, or a plain float array)."""
   fmt = getattr(x, "format", None)
-  if fmt is None:
+  if not isinstance(fmt, str):           # a jax.Array's `format` is its layout
     return KVPlan("float", None, dim, float_dtype=jnp.dtype(x.dtype).name)
   q = get_quantized_format(fmt)
   block = x.block_shape[0] if x.block_shape else None
@@ -94,13 +96,17 @@ def kv_plan(x, dim: int) -> KVPlan:
 @dataclasses.dataclass(frozen=True)
 class AttentionConfig:
   """Launch parameters: block_s positions per step (a power of two), n_splits programs per
-  (batch row, KV head) along the cache, num_warps, num_stages."""
+  (batch row, KV head) along the cache, num_warps, num_stages, and `dots`: "f32" (IEEE
+  float32 dots) or "bf16x3" (exact bfloat16 parts on the tensor cores, see split_serves)."""
   block_s: int = 64
   n_splits: int = 1
   num_warps: int = 4
   num_stages: int = 2
+  dots: str = "f32"
 
   def __post_init__(self):
+    if self.dots not in DOTS:
+      raise ValueError(f"dots must be one of {DOTS}, got {self.dots!r}")
     if self.block_s < 16 or self.block_s & (self.block_s - 1):
       raise ValueError(f"block_s must be a power of two >= 16, got {self.block_s}")
     if self.n_splits < 1:
@@ -156,9 +162,83 @@ def _load_kv(plan: KVPlan, refs, rows_off, valid, block_s: int):
   return jnp.where(mask, x, 0.0)
 
 
+def split_serves(plan: KVPlan) -> bool:
+  """Whether the "bf16x3" dots take this operand as bfloat16 values that are exact: codes
+  of <= 4 significant bits times a power of two (MX) or times an E4M3 scale (NVFP4: <= 6
+  bits), with the per-tensor / per-token-head float32 factor (and NVFP4's S_dec) applied to
+  the products instead (one more rounding than the golden dequantize); bf16 storage as is.
+  Not: f16 / float32 values, float32 scales on blocks shorter than D."""
+  if plan.kind == "float":
+    return plan.float_dtype == "bfloat16"
+  if plan.kind == "none":
+    return plan.elem.name == "bf16"
+  if plan.kind == "block":
+    return plan.block_len == plan.dim
+  return True
+
+
+def _trunc_bf16(x):
+  """x (float32) with its low 16 bits cleared: exact as a bfloat16 (integer ops only)."""
+  bits = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFF0000)
+  return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+def split_bf16(x):
+  """Three bfloat16 parts of float32 x whose float32 sum is x exactly (hi, mid: truncated
+  top 8 significant bits of x and of the rest; lo: the last <= 8 bits), cut with integer
+  ops so that no float round trip can be elided (docs/numerics.md section 9). Parts below
+  float32's normal range (|x| < ~2^-110) may lose bits."""
+  hi = _trunc_bf16(x)
+  r = x - hi                                       # exact: the low 16 bits of x
+  mid = _trunc_bf16(r)
+  lo = r - mid                                     # exact, <= 8 significant bits
+  return [a.astype(jnp.bfloat16) for a in (hi, mid, lo)]
+
+
+def _split_dot(parts, b):
+  """sum_i dot(parts[i], b) in float32 (tensor cores on bfloat16), smallest parts first."""
+  acc = None
+  for a in reversed(parts):
+    d = jnp.dot(a, b, preferred_element_type=jnp.float32)
+    acc = d if acc is None else acc + d
+  return acc
+
+
+def _load_kv_split(plan: KVPlan, refs, rows_off, valid, block_s: int):
+  """For the bf16x3 dots: (values (block_s, D) bfloat16, exact; per-position float32 factor
+  (block_s,) or None; scalar float32 factor or None), value = bf16 * position factor *
+  scalar factor. Rows past the length are masked and zeroed, their factors 0."""
+  words_ref, scales_ref, ts_ref = refs
+  dim = plan.dim
+  d = lax.iota(jnp.int32, dim)
+  mask = jnp.broadcast_to(valid[:, None], (block_s, dim))
+  pos_f = scalar = None
+  if plan.kind == "float":
+    x = plgpu.load(words_ref.at[(rows_off * dim)[:, None] + d[None, :]], mask=mask, other=0)
+    return jnp.where(mask, x, jnp.zeros_like(x)), None, None
+  pw = plan.per_word
+  offs = (rows_off * (dim // pw))[:, None] + (d // pw)[None, :]
+  words = plgpu.load(words_ref.at[offs], mask=mask, other=0)
+  x = unpack.decode_codes(unpack.word_codes(words, plan.elem, (d % pw)[None, :]), plan.elem)
+  if plan.kind == "tensor":
+    scalar = ts_ref[0]
+  elif plan.kind == "block":                       # block = D: one scale per position
+    pos_f = jnp.where(valid, plgpu.load(scales_ref.at[rows_off], mask=valid, other=0), 0.0)
+  elif plan.kind in ("mx", "nvfp4"):
+    nb = dim // plan.block_len
+    soffs = (rows_off * nb)[:, None] + (d // plan.block_len)[None, :]
+    c = plgpu.load(scales_ref.at[soffs], mask=mask, other=0)
+    if plan.kind == "mx":
+      x = x * unpack.e8m0_scale_to_f32(c)          # exact: a power of two
+    else:
+      x = x * unpack.e4m3_scale_to_f16(c).astype(jnp.float32)    # exact: <= 6 bits
+      scalar = ts_ref[0]
+  return jnp.where(mask, x, 0.0).astype(jnp.bfloat16), pos_f, scalar
+
+
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, rows: int,
             capacity: int, page_size: int, pages: int, split_len: int, n_splits: int,
-            sm_scale: float, block_s: int):
+            sm_scale: float, block_s: int, k_split: bool, v_split: bool):
   it = iter(refs)
   q_ref, qpos_ref, len_ref = next(it), next(it), next(it)
   table_ref = next(it) if paged else None
@@ -177,7 +257,11 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   r = lax.iota(jnp.int32, rows)
   d = lax.iota(jnp.int32, dim)
   prog = b * kv_heads + h
-  q = q_ref[((prog * rows + r) * dim)[:, None] + d[None, :]]             # (rows, D) float32
+  if k_split:                                    # (3, rows, D) bfloat16 parts of q
+    q_parts = [q_ref[(((prog * 3 + i) * rows + r) * dim)[:, None] + d[None, :]]
+               for i in range(3)]
+  else:
+    q = q_ref[((prog * rows + r) * dim)[:, None] + d[None, :]]           # (rows, D) float32
   qpos = qpos_ref[b * rows + r]                                          # (rows,) int32
   length = jnp.clip(plgpu.load(len_ref.at[b]), 0, capacity)
   start = sp * split_len
@@ -194,9 +278,16 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
     else:
       row = b * capacity + pos
     rows_off = jnp.where(valid, row * kv_heads + h, 0)
-    k = _load_kv(kplan, k_refs, rows_off, valid, block_s)
-    s = jnp.dot(q, k.T, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
-    s = s * jnp.float32(sm_scale)
+    if k_split:
+      kb, k_pos, k_scalar = _load_kv_split(kplan, k_refs, rows_off, valid, block_s)
+      s = _split_dot(q_parts, kb.T)
+      if k_pos is not None:
+        s = s * k_pos[None, :]
+      s = s * (jnp.float32(sm_scale) if k_scalar is None else k_scalar * jnp.float32(sm_scale))
+    else:
+      k = _load_kv(kplan, k_refs, rows_off, valid, block_s)
+      s = jnp.dot(q, k.T, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+      s = s * jnp.float32(sm_scale)
     keep = valid[None, :] & (pos[None, :] <= qpos[:, None])
     s = jnp.where(keep, s, -jnp.inf)
     m_new = jnp.maximum(m, jnp.max(s, axis=1))
@@ -204,8 +295,14 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
     alpha = jnp.exp(m - m_safe)
     p = jnp.exp(s - m_safe[:, None])
     l = alpha * l + jnp.sum(p, axis=1)
-    v = _load_kv(vplan, v_refs, rows_off, valid, block_s)
-    pv = jnp.dot(p, v, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+    if v_split:
+      vb, v_pos, v_scalar = _load_kv_split(vplan, v_refs, rows_off, valid, block_s)
+      pv = _split_dot(split_bf16(p if v_pos is None else p * v_pos[None, :]), vb)
+      if v_scalar is not None:
+        pv = pv * v_scalar
+    else:
+      v = _load_kv(vplan, v_refs, rows_off, valid, block_s)
+      pv = jnp.dot(p, v, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
     return alpha[:, None] * o + pv, m_new, l
 
   o = jnp.zeros((rows, dim), jnp.float32)
@@ -213,9 +310,9 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   l = jnp.zeros((rows,), jnp.float32)
   o, m, l = lax.fori_loop(0, n_iter, body, (o, m, l))
   part = prog * n_splits + sp
-  o_ref[((part * rows + r) * dim)[:, None] + d[None, :]] = o
-  m_ref[part * rows + r] = m
-  l_ref[part * rows + r] = l
+  plgpu.store(o_ref.at[((part * rows + r) * dim)[:, None] + d[None, :]], o)
+  plgpu.store(m_ref.at[part * rows + r], m)
+  plgpu.store(l_ref.at[part * rows + r], l)
 
 
 def _kv_leaves(x, plan: KVPlan) -> list[jax.Array]:
@@ -242,7 +339,11 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
   split_len = pl.cdiv(pl.cdiv(capacity, n_splits), config.block_s) * config.block_s
   paged = table is not None
   pages = table.shape[1] if paged else 1
-  operands = [q_rows.reshape(-1), qpos.reshape(-1), kv_len.astype(jnp.int32)]
+  k_split = config.dots == "bf16x3" and split_serves(kplan)
+  v_split = config.dots == "bf16x3" and split_serves(vplan)
+  q_in = (jnp.stack(split_bf16(q_rows.astype(jnp.float32)), axis=2) if k_split
+          else q_rows)                                       # (B, Hkv, 3, rows, D) parts
+  operands = [q_in.reshape(-1), qpos.reshape(-1), kv_len.astype(jnp.int32)]
   if paged:
     operands.append(table.astype(jnp.int32).reshape(-1))
   operands += _kv_leaves(k, kplan) + _kv_leaves(v, vplan)
@@ -250,7 +351,8 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
   kernel = functools.partial(
       _kernel, kplan=kplan, vplan=vplan, paged=paged, kv_heads=kv_heads, rows=rows,
       capacity=capacity, page_size=page_size, pages=pages, split_len=split_len,
-      n_splits=n_splits, sm_scale=float(sm_scale), block_s=config.block_s)
+      n_splits=n_splits, sm_scale=float(sm_scale), block_s=config.block_s, k_split=k_split,
+      v_split=v_split)
   o, m, l = pl.pallas_call(
       kernel,
       out_shape=(jax.ShapeDtypeStruct((n_parts * rows * dim,), jnp.float32),
@@ -260,7 +362,7 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
       compiler_params=plgpu.CompilerParams(num_warps=config.num_warps,
                                            num_stages=config.num_stages),
       interpret=interpret,
-      name=f"fp8lab_attention_{kplan.kind}_{vplan.kind}",
+      name=f"fp8lab_attention_{kplan.kind}_{vplan.kind}_{config.dots}",
   )(*operands)
   shape = (bsz, kv_heads, n_splits, rows)
   return o.reshape(shape + (dim,)), m.reshape(shape), l.reshape(shape)
