@@ -35,6 +35,7 @@ the tensor cores' float32 accumulation, which truncates: the addition terms doub
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 
 import jax
@@ -52,6 +53,7 @@ from fp8lab.quantized import QuantizedArray
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
 warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
 
+from fp8lab_tests.lowering import triton_irs
 from fp8lab_tests.switches import ON_GPU, gpu, grid
 INTERPRET = not ON_GPU
 U32 = 2.0**-24
@@ -460,6 +462,32 @@ def test_deterministic_bits_across_runs(fmt):
   first = np.asarray(f(q, k, k)).view(np.uint32)
   for _ in range(3):
     np.testing.assert_array_equal(np.asarray(f(q, k, k)).view(np.uint32), first)
+
+
+@pytest.mark.parametrize("fmt", KV_FORMATS + (None,))
+@pytest.mark.parametrize("dots", AK.DOTS)
+def test_triton_lowering(fmt, dots):
+  """The kernel lowers to Triton IR for the H200 from any host (fp8lab_tests/lowering.py),
+  paged, for every format and both dot paths: no float division, no fp8 / fp4 types (the
+  integer decode), IEEE float32 dots on the f32 path (no tf32), three dots per product on
+  the bf16x3 path where split_serves takes the operand."""
+  bsz, cap, hkv, dim = 2, 256, 2, 128
+  x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
+  kv = x if fmt is None else jax.eval_shape(lambda a: _kv(fmt, a), x)
+  plan = AK.kv_plan(kv, dim)
+  cfg = AK.AttentionConfig(block_s=64, n_splits=4, dots=dots)
+  f = lambda q_rows, qpos, n, table, k, v: AK.attention_pallas(
+      q_rows, qpos, n, table, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=32,
+      sm_scale=0.1, config=cfg)
+  aval = jax.ShapeDtypeStruct
+  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.float32), aval((bsz, 16), jnp.int32),
+                     aval((bsz,), jnp.int32), aval((bsz, cap // 32), jnp.int32), kv, kv)
+  assert "tt.func" in ir and "arith.divf" not in ir
+  assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
+  split = dots == "bf16x3" and AK.split_serves(plan)
+  assert len(re.findall(r"tt\.dot ", ir)) == (6 if split else 2)
+  if not split:
+    assert "inputPrecision = tf32" not in ir
 
 
 # ---------------------------------------------------------------------------- transforms
