@@ -12,7 +12,8 @@ bfloat16 over a full cache of S positions (B, S, Hkv, D), for each size of SIZES
                   a CPU);
   <case>          fp8lab.attention(..., implementation="pallas") over the KV format of CASES
                   (per-token-head e4m3 / e5m2, per-tensor e4m3, nvfp4, mxfp4, plain bf16; a
-                  paged variant through a shuffled block table), interpret mode on a CPU.
+                  paged variant through a shuffled block table), interpret mode on a CPU;
+                  the *_bf16x3 cases take the kernel's bf16x3 dots (docs/attention_kernel.md).
 Bytes per row: what the op must move at least: K and V as stored (packed words, scales,
 tensor scales; bf16 for the baselines), q and the output. Rows carry bytes_needed, GB/s,
 floor_us (those bytes at this size's copy bandwidth) and % of copy bandwidth, by host time
@@ -50,6 +51,7 @@ import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
 from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
+from fp8lab.ops.attention import DOTS_ENV  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +78,11 @@ SMOKE_SIZES = ("smoke",)
 
 @dataclasses.dataclass(frozen=True)
 class Case:
-  """One fp8lab row: K and V in `fmt` (None: plain bfloat16 arrays), paged or not."""
+  """One fp8lab row: K and V in `fmt` (None: plain bfloat16 arrays), paged or not, and the
+  kernel's dot arithmetic (fp8lab.ops.attention.DOTS_ENV: "f32" or "bf16x3")."""
   fmt: str | None
   paged: bool = False
+  dots: str = "f32"
 
   def quantize(self, x):
     if self.fmt is None:
@@ -97,6 +101,12 @@ CASES: dict[str, Case] = {
     "e4m3_block_paged": Case("e4m3_block", paged=True),
     "nvfp4_paged": Case("nvfp4", paged=True),
     "bf16": Case(None),
+    "e4m3_block_bf16x3": Case("e4m3_block", dots="bf16x3"),
+    "e4m3_bf16x3": Case("e4m3", dots="bf16x3"),
+    "nvfp4_bf16x3": Case("nvfp4", dots="bf16x3"),
+    "mxfp4_bf16x3": Case("mxfp4", dots="bf16x3"),
+    "e4m3_block_paged_bf16x3": Case("e4m3_block", paged=True, dots="bf16x3"),
+    "bf16_bf16x3": Case(None, dots="bf16x3"),
 }
 BASELINES = ("copy", "cudnn_bf16", "xla_bf16", "jax_pallas_gqa")
 PAGE_SIZE = 64
@@ -138,10 +148,20 @@ def baseline_op(name: str, interpret: bool) -> Callable[..., Any]:
 
 
 def fp8lab_op(case: Case, interpret: bool) -> Callable[..., Any]:
-  if case.paged:
-    return lambda q, k, v, table: fp8lab.attention(q, k, v, block_tables=table,
-                                                   implementation="pallas", interpret=interpret)
-  return lambda q, k, v: fp8lab.attention(q, k, v, implementation="pallas", interpret=interpret)
+  """fp8lab.attention on (q, k, v[, table]). The dot arithmetic is read from DOTS_ENV when
+  the op is traced (compile_unrolled traces it once), so it is set around the call."""
+  def op(q, k, v, table=None):
+    old = os.environ.get(DOTS_ENV)
+    os.environ[DOTS_ENV] = case.dots
+    try:
+      return fp8lab.attention(q, k, v, block_tables=table, implementation="pallas",
+                              interpret=interpret)
+    finally:
+      if old is None:
+        del os.environ[DOTS_ENV]
+      else:
+        os.environ[DOTS_ENV] = old
+  return op
 
 
 def _paged(x, table_perm: np.ndarray, page_size: int):
