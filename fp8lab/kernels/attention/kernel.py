@@ -238,7 +238,7 @@ def _load_kv_split(plan: KVPlan, refs, rows_off, valid, block_s: int):
 
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, rows: int,
             capacity: int, page_size: int, pages: int, split_len: int, n_splits: int,
-            sm_scale: float, block_s: int, k_split: bool, v_split: bool):
+            sm_scale: float, block_s: int, k_split: bool, v_split: bool, pool_pages: int):
   it = iter(refs)
   q_ref, qpos_ref, len_ref = next(it), next(it), next(it)
   table_ref = next(it) if paged else None
@@ -274,6 +274,9 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
     valid = pos < end
     if paged:
       page = plgpu.load(table_ref.at[b * pages + pos // page_size], mask=valid, other=0)
+      # A traced table is not checked: an entry outside the pool reads its last page
+      # instead of faulting (the op checks concrete tables).
+      page = jnp.clip(page, 0, pool_pages - 1)
       row = page * page_size + pos % page_size
     else:
       row = b * capacity + pos
@@ -352,7 +355,7 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
       _kernel, kplan=kplan, vplan=vplan, paged=paged, kv_heads=kv_heads, rows=rows,
       capacity=capacity, page_size=page_size, pages=pages, split_len=split_len,
       n_splits=n_splits, sm_scale=float(sm_scale), block_s=config.block_s, k_split=k_split,
-      v_split=v_split)
+      v_split=v_split, pool_pages=k.shape[0] if paged else 1)
   o, m, l = pl.pallas_call(
       kernel,
       out_shape=(jax.ShapeDtypeStruct((n_parts * rows * dim,), jnp.float32),
