@@ -34,6 +34,7 @@ the tensor cores' float32 accumulation, which truncates: the addition terms doub
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -487,6 +488,30 @@ def test_triton_lowering(fmt, dots):
   assert len(re.findall(r"tt\.dot ", ir)) == (6 if split else 2)
   if not split:
     assert "inputPrecision = tf32" not in ir
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["e4m3_block", "e4m3", "nvfp4", "mxfp4", None])
+@pytest.mark.parametrize("dots", AK.DOTS)
+def test_compiled_target_shape(fmt, dots):
+  """Compiled, near the issue's target shape (Hq 32, Hkv 8, D 128, 8K positions, the default
+  launch with its KV splits), both dot paths, against the float64 reference."""
+  bsz, cap, hkv, dim, group = 2, 8192, 8, 128, 4
+  k = _kv(fmt, _normal(45, (bsz, cap, hkv, dim), 2.0).astype(jnp.bfloat16).astype(jnp.float32))
+  v = _kv(fmt, _normal(46, (bsz, cap, hkv, dim)))
+  if fmt is None:
+    k, v = k.astype(jnp.bfloat16), v.astype(jnp.bfloat16)
+  q = _normal(47, (bsz, 1, hkv * group, dim)).astype(jnp.bfloat16)
+  lengths = np.array([cap - 5, 3001], np.int32)
+  cfg = dataclasses.replace(AK.attention_config(bsz, hkv, cap, dim), dots=dots)
+  q_rows = jnp.pad(q.astype(jnp.float32).reshape(bsz, hkv, group, dim),
+                   ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
+  qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
+  o, _ = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
+                             kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), capacity=cap,
+                             page_size=cap, sm_scale=dim ** -0.5, config=cfg)
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
+  assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, f"{fmt} {dots}")
 
 
 # ---------------------------------------------------------------------------- transforms
