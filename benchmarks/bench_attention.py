@@ -142,7 +142,8 @@ def baseline_op(name: str, interpret: bool) -> Callable[..., Any]:
     impl = name.split("_")[0]
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, implementation=impl)
   if name == "jax_pallas_gqa":
-    from jax.experimental.pallas.ops.gpu import decode_attention  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from jax.experimental.pallas.ops.gpu import decode_attention
     return lambda q, k, v: decode_attention.gqa(q[:, 0], k, v, interpret=interpret)[:, None]
   raise ValueError(f"unknown baseline {name!r}; valid: {', '.join(BASELINES)}")
 

@@ -41,7 +41,6 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 import numpy as np
 import pytest
 
