@@ -265,7 +265,7 @@ def test_kernel_mixed_formats_and_dtypes():
   check_attention(q, k, v, _lengths(bsz, cap), sm_scale=0.3)
 
 
-@pytest.mark.parametrize("impl", ["pallas", "reference"])
+@pytest.mark.parametrize("impl", ["pallas"] + _slow(("reference",)))
 def test_causal_multi_token(impl):
   """Tq > 1 with causal=True and q_positions: each token sees keys <= its position; a token
   whose position is below 0 sees none (zeros, lse -inf)."""
@@ -282,6 +282,7 @@ def test_causal_multi_token(impl):
   assert np.all(np.asarray(lse[1, 0]) == -np.inf)
 
 
+@pytest.mark.slow
 def test_hadamard_rotated_k_and_v():
   """A Hadamard-rotated K (q rotated the same way) and V (the output rotated back): the
   attention of the unrotated dequantized values, within the bound plus the rotations'
