@@ -12,6 +12,7 @@ from fp8lab.numerics.hadamard import HadamardSpec, hadamard
 from fp8lab.numerics.scales import DelayedScaling, current_scale, tensor_amax
 from fp8lab.quantized import QuantizedArray, dequantize
 from fp8lab.ops import QuantizeResult, gemv_packed, quantize, quantize_with_amax
+from fp8lab.ops import attention, kv_cache_update
 
 __version__ = "0.1.0"
 
@@ -22,3 +23,4 @@ __all__ = [
     "DelayedScaling", "current_scale", "tensor_amax",
     "gemv_packed", "quantize_with_amax", "QuantizeResult",
 ]
+__all__ += ["attention", "kv_cache_update"]

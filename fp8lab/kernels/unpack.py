@@ -388,3 +388,34 @@ def e4m3_scale_to_f16(codes: jax.Array) -> jax.Array:
 
 
 assert E8M0.nan_code == 0xFF and E4M3.nan_code == 0x7F
+
+
+# ---------------------------------------------------------------------------- one code per lane
+# The attention kernel (fp8lab/kernels/attention/) gathers its K / V tiles in their natural
+# element order, one code per lane, so that its dots need no reordered query.
+
+def word_codes(words: jax.Array, fmt: ElementFormat, index: jax.Array) -> jax.Array:
+  """Code `index` (0 <= index < per_word, broadcast against `words`) of each uint32 word, as
+  a uint32 holding the code in its low bits (shift and mask only)."""
+  shift = index.astype(jnp.uint32) * _U(fmt.bits)
+  return (words >> shift) & _U((1 << fmt.bits) - 1)
+
+
+def decode_codes(codes: jax.Array, fmt: ElementFormat) -> jax.Array:
+  """One code per element (uint32, the code in its low bits) -> its true value as float32.
+
+  Minifloats (e4m3, e5m2, e2m1) take the float16 route of f16_pair_bits (integer ops; NaN
+  codes give NaN, e5m2 Inf codes Inf), widened to float32 (exact) and times
+  2^-f16_route_log2(fmt) (exact: the results are float32 normals, the smallest e2m1 / e4m3 /
+  e5m2 values being 2^-1, 2^-9, 2^-16). f16 / bf16 codes are bitcast as stored."""
+  if fmt is BF16 or fmt is F16:
+    half = lax.bitcast_convert_type(codes.astype(jnp.uint16),
+                                    jnp.bfloat16 if fmt is BF16 else jnp.float16)
+    return half.astype(jnp.float32)
+  lo, _ = _halves16(f16_pair_bits(codes, fmt, 0), jnp.float16)
+  route = f16_route_log2(fmt)
+  values = lo.astype(jnp.float32)
+  return values if route == 0 else values * jnp.float32(2.0 ** -route)
+
+
+__all__ += ["word_codes", "decode_codes"]

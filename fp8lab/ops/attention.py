@@ -1,0 +1,498 @@
+"""attention: decode attention over a packed (FP8 / FP4) KV cache, and kv_cache_update.
+
+Two implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "reference" (plain
+jnp in float32 over K / V dequantized by the golden model) and "pallas" (the split-K
+flash-decoding kernel of fp8lab/kernels/attention/). `implementation=None` takes the kernel
+on a GPU only for the KV kinds in `_KERNEL_DEFAULT` (those verified compiled; none yet), the
+reference elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+import numpy as np
+
+from fp8lab.formats import get_quantized_format
+from fp8lab.kernels import attention as attn_kernel
+from fp8lab.numerics.codec import INPUT_DTYPES
+from fp8lab.numerics.hadamard import hadamard
+from fp8lab.ops import _op
+from fp8lab.ops.quantize import quantize as _quantize
+from fp8lab.quantized import QuantizedArray
+
+__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV"]
+
+HEAD_DIMS = (64, 128, 256)
+# attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
+_IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
+# KV kinds (KVPlan.kind of K and V) whose default on a GPU is the kernel, once its compiled
+# tests have passed there; the others keep the reference as their default.
+_KERNEL_DEFAULT: frozenset[str] = frozenset()
+# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "f32" (default: IEEE
+# float32 dots) or "bf16x3" (exact bfloat16 parts on the tensor cores for the operands
+# kernels/attention.split_serves takes). Experimental until measured and tested compiled.
+DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
+# The position given to query rows that see every key (non-causal attention).
+_NO_LIMIT = np.iinfo(np.int32).max
+
+
+def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = False,
+              q_positions=None, sm_scale: float | None = None, return_lse: bool = False,
+              implementation: str | None = None, interpret: bool = False):
+  """Scaled dot-product attention of q over a (packed) KV cache: softmax(q K^T * sm_scale) V.
+
+  Args:
+    q: (B, Tq, Hq, D) float32 / bfloat16 / float16; D in HEAD_DIMS (64, 128, 256).
+    k, v: the cache, (B, S, Hkv, D) each (or page pools (num_pages, page_size, Hkv, D) with
+      block_tables): QuantizedArrays quantized along D (axis -1) in any 1D-blocked format:
+      "e4m3" / "e5m2" (per tensor), "e4m3_block" / "e5m2_block" with block_shape (D,) (one
+      float32 scale per token and head) or another 1D block dividing D, "mxfp8",
+      "mxfp8_e5m2", "mxfp4", "nvfp4" (1x16 blocks), "f16", "bf16"; or plain float32 /
+      bfloat16 / float16 arrays. K and V may differ in format. Hq must be a multiple of Hkv
+      (query head i reads KV head i // (Hq / Hkv)). A Hadamard-rotated K is met by q rotated
+      the same way; a rotated V's output is rotated back (both in float32).
+    kv_lengths: (B,) int32, the number of valid cache positions of each row (default: S, or
+      pages * page_size). Positions at or past it are never read into the result, whatever
+      they hold (NaN, Inf, garbage). Lengths are clipped to [0, capacity]; checked before
+      tracing when concrete.
+    block_tables: (B, pages) int32: k and v are page pools and row b's logical page j is pool
+      page block_tables[b, j] (JAX's paged_attention layout); capacity pages * page_size.
+    causal, q_positions: with causal=True, q_positions (B, Tq) int32 gives each query
+      token's cache position, and it attends to keys at positions <= it (speculative or
+      chunked decode). Without causal, every query token attends to all valid positions.
+    sm_scale: the score scale (default 1 / sqrt(D)).
+    return_lse: also return the log-sum-exp of the scaled scores, (B, Tq, Hq) float32
+      (natural log; -inf for a query that sees no key).
+    implementation: None, "pallas" or "reference" (see the module docstring).
+    interpret: run the Pallas kernel in interpret mode (CPU).
+
+  Returns:
+    (B, Tq, Hq, D) in q's dtype (and the lse). A query that sees no key gets zeros.
+
+  Arithmetic: both paths compute in float32: scores q K^T (IEEE float32 products and
+  sums), softmax with a running max, P V in float32. K / V positions within the length but
+  masked by causality are real cache data: a NaN there still reaches the output through
+  0 * NaN in P V, in both paths, as in any float32 attention. The kernel's dots are IEEE
+  float32 by default; FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16
+  parts on the tensor cores instead (docs/attention_kernel.md; not yet verified compiled).
+
+  Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
+  tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with
+  respect to q (through the reference path).
+
+  Raises:
+    TypeError / ValueError before tracing: bad shapes, dtypes, formats, axes, block shapes,
+    D, head counts, lengths or tables (when concrete), unknown implementation, the kernel
+    without a GPU and without interpret.
+  """
+  q = _check_q(q)
+  bsz, tq, hq, dim = q.shape
+  _check_kv(k, "k", dim, block_tables is not None)
+  _check_kv(v, "v", dim, block_tables is not None)
+  if tuple(k.shape) != tuple(v.shape):
+    raise ValueError(f"attention: k and v must have one shape, got {tuple(k.shape)} and "
+                     f"{tuple(v.shape)}")
+  hkv = k.shape[2]
+  if hq % hkv:
+    raise ValueError(f"attention: Hq={hq} query heads must be a multiple of Hkv={hkv} KV heads")
+  paged = block_tables is not None
+  if paged:
+    block_tables = _check_int(block_tables, "block_tables", (bsz, None))
+    _check_table_values(block_tables, k.shape[0])
+    page_size = k.shape[1]
+    capacity = block_tables.shape[1] * page_size
+  else:
+    if k.shape[0] != bsz:
+      raise ValueError(f"attention: k / v batch {k.shape[0]} != q batch {bsz}")
+    page_size = capacity = k.shape[1]
+  if kv_lengths is None:
+    kv_lengths = jnp.full((bsz,), capacity, jnp.int32)
+  else:
+    kv_lengths = _check_int(kv_lengths, "kv_lengths", (bsz,))
+    _check_range(kv_lengths, "kv_lengths", 0, capacity)
+  if not isinstance(causal, bool):
+    raise TypeError(f"attention: causal must be a bool, got {causal!r}")
+  if causal:
+    if q_positions is None:
+      raise ValueError("attention: causal=True needs q_positions (B, Tq) int32")
+    q_positions = _check_int(q_positions, "q_positions", (bsz, tq))
+  elif q_positions is not None:
+    raise ValueError("attention: q_positions goes with causal=True")
+  else:
+    q_positions = jnp.full((bsz, tq), _NO_LIMIT, jnp.int32)
+  if sm_scale is None:
+    sm_scale = 1.0 / math.sqrt(dim)
+  elif not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale):
+    raise ValueError(f"attention: sm_scale must be a finite Python float, got {sm_scale!r}")
+  if not isinstance(return_lse, bool):
+    raise TypeError(f"attention: return_lse must be a bool, got {return_lse!r}")
+  impl = _resolve(implementation, interpret, k, v, dim)
+  dots = os.environ.get(DOTS_ENV, "") or "f32"
+  if dots not in attn_kernel.DOTS:
+    raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
+  o, lse = _attention(impl, interpret, float(sm_scale), page_size, dots, q, k, v, kv_lengths,
+                      q_positions, block_tables)
+  return (o, lse) if return_lse else o
+
+
+# ---------------------------------------------------------------------------- checks
+
+def _check_q(q) -> jax.Array:
+  dtype = jnp.dtype(q.dtype) if hasattr(q, "dtype") else jnp.asarray(q).dtype
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"attention: q must be float32, bfloat16 or float16, got {dtype}")
+  q = jnp.asarray(q)
+  if q.ndim != 4:
+    raise ValueError(f"attention: q must be (B, Tq, Hq, D), got shape {q.shape}")
+  if q.shape[-1] not in HEAD_DIMS:
+    raise ValueError(f"attention: head dimension D must be one of {HEAD_DIMS}, got "
+                     f"{q.shape[-1]}")
+  if 0 in q.shape:
+    raise ValueError(f"attention: q has an empty axis, shape {q.shape}")
+  return q
+
+
+def _check_kv(x, name: str, dim: int, paged: bool) -> None:
+  layout = "(num_pages, page_size, Hkv, D)" if paged else "(B, S, Hkv, D)"
+  if isinstance(x, QuantizedArray):
+    if len(x.shape) != 4:
+      raise ValueError(f"attention: {name} must be {layout}, got shape {x.shape}")
+    if x.axis != 3:
+      raise ValueError(f"attention: {name} must be quantized along D (axis -1), got "
+                       f"axis={x.axis}")
+    if x.block_shape is not None and len(x.block_shape) != 1:
+      raise ValueError(f"attention: {name} needs 1D blocks along D, got block_shape "
+                       f"{x.block_shape} (2D tiles mix tokens)")
+    if x.block_shape is not None and dim % x.block_shape[0]:
+      raise ValueError(f"attention: {name}'s block {x.block_shape[0]} does not divide D={dim}")
+    if not attn_kernel.serves(x.format, x.block_shape):
+      raise ValueError(f"attention: format {x.format!r} is not a KV format")
+    if x.hadamard is not None and dim % x.hadamard.block:
+      raise ValueError(f"attention: {name}'s Hadamard block does not divide D={dim}")
+  elif hasattr(x, "dtype") and hasattr(x, "shape"):
+    if jnp.dtype(x.dtype) not in INPUT_DTYPES:
+      raise TypeError(f"attention: a plain {name} must be float32, bfloat16 or float16, got "
+                      f"{jnp.dtype(x.dtype)}")
+    if len(x.shape) != 4:
+      raise ValueError(f"attention: {name} must be {layout}, got shape {tuple(x.shape)}")
+  else:
+    raise TypeError(f"attention: {name} must be a fp8lab.QuantizedArray or a float array, got "
+                    f"{type(x).__name__}")
+  if x.shape[-1] != dim:
+    raise ValueError(f"attention: {name}'s D={x.shape[-1]} != q's D={dim}")
+  if 0 in tuple(x.shape):
+    raise ValueError(f"attention: {name} has an empty axis, shape {tuple(x.shape)}")
+
+
+def _check_int(x, name: str, shape) -> jax.Array:
+  dtype = jnp.dtype(x.dtype) if hasattr(x, "dtype") else jnp.asarray(x).dtype
+  if dtype != jnp.int32:
+    raise TypeError(f"attention: {name} must be int32, got {dtype}")
+  x = jnp.asarray(x)
+  if len(x.shape) != len(shape) or any(w is not None and w != s
+                                       for w, s in zip(shape, x.shape)):
+    want = "(" + ", ".join("n" if w is None else str(w) for w in shape) + ")"
+    raise ValueError(f"attention: {name} must have shape {want}, got {x.shape}")
+  return x
+
+
+def _concrete(x):
+  try:
+    return np.asarray(x)
+  except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+    return None
+
+
+def _check_range(x, name: str, lo: int, hi: int) -> None:
+  """Checks lo <= x <= hi when x is concrete (a traced x is clipped instead)."""
+  val = _concrete(x)
+  if val is not None and val.size and (val.min() < lo or val.max() > hi):
+    raise ValueError(f"attention: {name} must lie in [{lo}, {hi}], got values in "
+                     f"[{val.min()}, {val.max()}]")
+
+
+def _check_table_values(table, num_pages: int) -> None:
+  if table.shape[1] == 0:
+    raise ValueError("attention: block_tables has no pages")
+  val = _concrete(table)
+  if val is not None and (val.min() < 0 or val.max() >= num_pages):
+    raise ValueError(f"attention: block_tables entries must be pool pages in [0, "
+                     f"{num_pages}), got values in [{val.min()}, {val.max()}]")
+
+
+def _resolve(implementation, interpret: bool, k, v, dim: int) -> str:
+  if implementation not in _IMPLEMENTATIONS:
+    raise ValueError(f"attention: implementation must be one of {_IMPLEMENTATIONS}, got "
+                     f"{implementation!r}")
+  if implementation is None and not interpret:
+    kinds = {attn_kernel.kv_plan(x, dim).kind for x in (k, v)}
+    if _op.on_gpu() and kinds <= _KERNEL_DEFAULT:
+      return "pallas"
+    return "reference"
+  return _op.resolve_implementation("attention", implementation, interpret)
+
+
+# ---------------------------------------------------------------------------- shared steps
+
+def _rotate_q(k, q32):
+  """q rotated like a Hadamard-rotated K (q K^T is unchanged: the rotation is orthogonal)."""
+  if not isinstance(k, QuantizedArray) or k.hadamard is None:
+    return q32
+  s = k.hadamard
+  return hadamard(q32, s.block, signs=s.sign_arg(), axis=-1)
+
+
+def _unrotate_o(v, o32):
+  """The output of a Hadamard-rotated V rotated back (P V_rot = (P V) H^T)."""
+  if not isinstance(v, QuantizedArray) or v.hadamard is None:
+    return o32
+  s = v.hadamard
+  return hadamard(o32, s.block, signs=s.sign_arg(), axis=-1, inverse=True)
+
+
+def _values(x) -> jax.Array:
+  """K or V as float32 values: the golden dequantize (rotated values for rotated arrays)."""
+  if isinstance(x, QuantizedArray):
+    return x.dequantize(jnp.float32)
+  return x.astype(jnp.float32)
+
+
+# ---------------------------------------------------------------------------- reference
+
+def _reference(sm_scale: float, page_size: int, q, k, v, kv_lengths, q_positions, table):
+  """Plain jnp in float32: (o (B, Tq, Hq, D) in q's dtype, lse (B, Tq, Hq) float32)."""
+  bsz, tq, hq, dim = q.shape
+  kd, vd = _values(k), _values(v)
+  if table is not None:           # (pool pages, page, Hkv, D) -> (B, pages * page, Hkv, D)
+    kd = kd[table].reshape((bsz, -1) + kd.shape[2:])
+    vd = vd[table].reshape((bsz, -1) + vd.shape[2:])
+  cap, hkv = kd.shape[1], kd.shape[2]
+  pos = jnp.arange(cap, dtype=jnp.int32)
+  valid = pos[None, :] < jnp.clip(kv_lengths, 0, cap)[:, None]             # (B, S)
+  # Zero the positions past the length before any product: 0 * NaN never happens.
+  kd = jnp.where(valid[:, :, None, None], kd, 0.0)
+  vd = jnp.where(valid[:, :, None, None], vd, 0.0)
+  q32 = _rotate_q(k, q.astype(jnp.float32)).reshape(bsz, tq, hkv, hq // hkv, dim)
+  s = jnp.einsum("btkgd,bskd->btkgs", q32, kd, precision=lax.Precision.HIGHEST,
+                 preferred_element_type=jnp.float32) * jnp.float32(sm_scale)
+  keep = (valid[:, None, None, None, :]
+          & (pos[None, None, None, None, :] <= q_positions[:, :, None, None, None]))
+  s = jnp.where(keep, s, -jnp.inf)
+  m = jnp.max(s, axis=-1, keepdims=True)
+  m_safe = jnp.where(m == -jnp.inf, 0.0, m)
+  p = jnp.where(keep, jnp.exp(s - m_safe), 0.0)
+  den = jnp.sum(p, axis=-1)
+  num = jnp.einsum("btkgs,bskd->btkgd", p, vd, precision=lax.Precision.HIGHEST,
+                   preferred_element_type=jnp.float32)
+  has = den > 0
+  o = jnp.where(has[..., None], num / jnp.where(has, den, 1.0)[..., None], 0.0)
+  lse = jnp.where(has, m_safe[..., 0] + jnp.log(jnp.where(has, den, 1.0)), -jnp.inf)
+  o = _unrotate_o(v, o.reshape(bsz, tq, hq, dim))
+  return o.astype(q.dtype), lse.reshape(bsz, tq, hq)
+
+
+# ---------------------------------------------------------------------------- kernel path
+
+def _group_rows(tq: int, group: int) -> int:
+  return max(attn_kernel.MIN_ROWS, 1 << max(0, (tq * group - 1).bit_length()))
+
+
+def _pallas_call(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v,
+                 kv_lengths, q_positions, table=None):
+  bsz, tq, hq, dim = q.shape
+  hkv = k.shape[2]
+  group = hq // hkv
+  rows = _group_rows(tq, group)
+  # Query rows of KV head h: row t * group + g is token t, query head h * group + g.
+  q32 = _rotate_q(k, q.astype(jnp.float32)).reshape(bsz, tq, hkv, group, dim)
+  q_rows = jnp.transpose(q32, (0, 2, 1, 3, 4)).reshape(bsz, hkv, tq * group, dim)
+  q_rows = jnp.pad(q_rows, ((0, 0), (0, 0), (0, rows - tq * group), (0, 0)))
+  qpos = jnp.repeat(q_positions, group, axis=1)
+  qpos = jnp.pad(qpos, ((0, 0), (0, rows - tq * group)), constant_values=_NO_LIMIT)
+  capacity = table.shape[1] * page_size if table is not None else k.shape[1]
+  kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
+  cfg = dataclasses.replace(attn_kernel.attention_config(bsz, hkv, capacity, dim, interpret),
+                            dots=dots)
+  o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
+                                        vplan=vplan, capacity=capacity, page_size=page_size,
+                                        sm_scale=sm_scale, config=cfg, interpret=interpret)
+  o = o[:, :, :tq * group].reshape(bsz, hkv, tq, group, dim)
+  o = jnp.transpose(o, (0, 2, 1, 3, 4)).reshape(bsz, tq, hq, dim)
+  lse = lse[:, :, :tq * group].reshape(bsz, hkv, tq, group)
+  lse = jnp.transpose(lse, (0, 2, 1, 3)).reshape(bsz, tq, hq)
+  return _unrotate_o(v, o).astype(q.dtype), lse
+
+
+@functools.lru_cache(maxsize=None)
+def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, dots: str):
+  """The kernel call with a vmap rule. Query tokens attend independently given the cache,
+  so a vmapped q / q_positions (the cache, lengths and table shared) folds into the query
+  tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch per example
+  (lax.map)."""
+  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, dots)
+
+  @jax.custom_batching.custom_vmap
+  def batched(q, k, v, kv_lengths, q_positions, table):
+    return call(q, k, v, kv_lengths, q_positions, table)
+
+  @batched.def_vmap
+  def rule(axis_size, in_batched, q, k, v, kv_lengths, q_positions, table):
+    flags = [any(jax.tree_util.tree_leaves(b)) for b in in_batched]
+    n = axis_size
+    if not any(flags[1:4]) and not flags[5]:
+      if not flags[0]:
+        q = jnp.broadcast_to(q, (n,) + q.shape)
+      if not flags[4]:
+        q_positions = jnp.broadcast_to(q_positions, (n,) + q_positions.shape)
+      bsz, tq = q.shape[1], q.shape[2]
+      qf = jnp.moveaxis(q, 0, 1).reshape((bsz, n * tq) + q.shape[3:])
+      pf = jnp.moveaxis(q_positions, 0, 1).reshape(bsz, n * tq)
+      o, lse = batched(qf, k, v, kv_lengths, pf, table)
+      o = jnp.moveaxis(o.reshape((bsz, n, tq) + o.shape[2:]), 1, 0)
+      lse = jnp.moveaxis(lse.reshape((bsz, n, tq) + lse.shape[2:]), 1, 0)
+      return (o, lse), (True, True)
+    ops = (q, k, v, kv_lengths, q_positions, table)
+    full = [jax.tree_util.tree_map(
+        lambda leaf, b: leaf if b else jnp.broadcast_to(leaf, (n,) + leaf.shape), op, bat)
+            for op, bat in zip(ops, in_batched)]
+    return lax.map(lambda args: batched(*args), tuple(full)), (True, True)
+
+  return batched
+
+
+def _pallas(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v, kv_lengths,
+            q_positions, table):
+  return _batched_pallas(interpret, sm_scale, page_size, dots)(q, k, v, kv_lengths,
+                                                               q_positions, table)
+
+
+def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, dots: str,
+             q, k, v, kv_lengths, q_positions, table):
+  if implementation == "reference":
+    return _reference(sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
+  return _pallas(interpret, sm_scale, page_size, dots, q, k, v, kv_lengths, q_positions, table)
+
+
+def _reference_of(implementation, interpret, sm_scale, page_size, dots, *operands):
+  del implementation, interpret, dots
+  return _reference(sm_scale, page_size, *operands)
+
+
+# Every implementation differentiates through the reference: dq only (K / V codes, lengths
+# and tables get no cotangent).
+# jitted (static: the first five arguments) so that an eager call reuses its compiled form.
+_attention = jax.jit(_op.reference_vjp(_forward, _reference_of, n_static=5),
+                     static_argnums=(0, 1, 2, 3, 4))
+
+
+# ---------------------------------------------------------------------------- cache update
+
+def kv_cache_update(cache, k_new, positions, *, block_tables=None, scale=None,
+                    implementation: str | None = None):
+  """The cache with k_new's tokens quantized and written at `positions` (a new cache; under
+  jax.jit with the cache donated, donate_argnums, XLA writes it in place).
+
+  Args:
+    cache: a QuantizedArray (B, S, Hkv, D) quantized along D (or a page pool (num_pages,
+      page_size, Hkv, D) with block_tables), or a plain float array.
+    k_new: (B, T, Hkv, D) float32 / bfloat16 / float16: T new tokens per row.
+    positions: (B,) int32 (token t of row b goes to position positions[b] + t) or (B, T)
+      int32 (each token's position). Positions outside the cache are dropped (checked when
+      concrete: ValueError).
+    block_tables: (B, pages) int32 for a paged cache: logical position p of row b is slot
+      p % page_size of pool page block_tables[b, p // page_size].
+    scale: per-tensor formats ("e4m3", "e5m2", "nvfp4") only: the quantization factor of
+      the new tokens (e4m3 / e5m2: the scale; nvfp4: S_enc), which should be the one the
+      cache was made with; None uses fl(1 / tensor_scale). The cache's tensor_scale is
+      kept either way.
+    implementation: passed to fp8lab.quantize (None, "pallas", "reference").
+
+  New tokens are quantized by fp8lab.quantize with the cache's format, block shape, scale
+  mode and Hadamard rotation. For formats whose scales are per token (blocks along D:
+  blockwise FP8, MX, and NVFP4 blocks given its S_enc) the bytes written are exactly those
+  of quantizing the whole cache at once: no older token is requantized.
+  """
+  capacity_axis = 1
+  paged = block_tables is not None
+  if isinstance(cache, QuantizedArray):
+    if len(cache.shape) != 4 or cache.axis != 3:
+      raise ValueError(f"kv_cache_update: cache must be (B, S, Hkv, D) quantized along D, got "
+                       f"shape {cache.shape}, axis {cache.axis}")
+    if cache.block_shape is not None and len(cache.block_shape) != 1:
+      raise ValueError("kv_cache_update: cache needs 1D blocks along D, got block_shape "
+                       f"{cache.block_shape}")
+  elif not (hasattr(cache, "dtype") and len(cache.shape) == 4):
+    raise TypeError("kv_cache_update: cache must be a QuantizedArray or a 4D float array, got "
+                    f"{type(cache).__name__}")
+  dtype = jnp.dtype(k_new.dtype) if hasattr(k_new, "dtype") else None
+  if dtype not in INPUT_DTYPES:
+    raise TypeError(f"kv_cache_update: k_new must be float32, bfloat16 or float16, got {dtype}")
+  k_new = jnp.asarray(k_new)
+  bsz = k_new.shape[0] if k_new.ndim == 4 else None
+  if (k_new.ndim != 4 or tuple(k_new.shape[2:]) != tuple(cache.shape[2:])
+      or (not paged and k_new.shape[0] != cache.shape[0])):
+    raise ValueError(f"kv_cache_update: k_new must be (B, T, Hkv, D) matching the cache "
+                     f"{tuple(cache.shape)}, got {k_new.shape}")
+  tq = k_new.shape[1]
+  pdt = jnp.dtype(positions.dtype) if hasattr(positions, "dtype") else None
+  if pdt != jnp.int32:
+    raise TypeError(f"kv_cache_update: positions must be int32, got {pdt}")
+  positions = jnp.asarray(positions)
+  if positions.shape == (bsz,):
+    positions = positions[:, None] + jnp.arange(tq, dtype=jnp.int32)[None, :]
+  elif positions.shape != (bsz, tq):
+    raise ValueError(f"kv_cache_update: positions must be (B,) or (B, T) = ({bsz},) or "
+                     f"({bsz}, {tq}), got {positions.shape}")
+  if paged:
+    block_tables = _check_int(block_tables, "block_tables", (bsz, None))
+    _check_table_values(block_tables, cache.shape[0])
+    capacity = block_tables.shape[1] * cache.shape[1]
+  else:
+    capacity = cache.shape[capacity_axis]
+  val = _concrete(positions)
+  if val is not None and (val.min() < 0 or val.max() >= capacity):
+    raise ValueError(f"kv_cache_update: positions must lie in [0, {capacity}), got values in "
+                     f"[{val.min()}, {val.max()}]")
+  if paged:
+    page_size = cache.shape[1]
+    page = jnp.take_along_axis(block_tables, jnp.clip(positions // page_size, 0,
+                                                      block_tables.shape[1] - 1), axis=1)
+    # A position past the table goes past the pool: dropped by the scatter.
+    page = jnp.where(positions < capacity, page, cache.shape[0])
+    idx = (page, positions % page_size)
+  else:
+    idx = (jnp.broadcast_to(jnp.arange(bsz, dtype=jnp.int32)[:, None], positions.shape),
+           positions)
+
+  def put(dst, src):
+    return dst.at[idx].set(src.astype(dst.dtype), mode="drop")
+
+  if not isinstance(cache, QuantizedArray):
+    if scale is not None:
+      raise ValueError("kv_cache_update: scale is for quantized caches")
+    return put(cache, k_new)
+  qf = get_quantized_format(cache.format)
+  kw = dict(axis=-1, scale_mode=cache.scale_mode, hadamard=cache.hadamard,
+            implementation=implementation)
+  if qf.block_scaled:
+    kw["block_shape"] = cache.block_shape
+  if qf.tensor_scale:
+    kw["scale"] = (scale if scale is not None
+                   else jnp.float32(1.0) / jnp.asarray(cache.tensor_scale, jnp.float32))
+  elif scale is not None:
+    raise ValueError(f"kv_cache_update: scale is for the per-tensor formats, not "
+                     f"{cache.format!r}")
+  new = _quantize(k_new, cache.format, **kw)
+  data = put(cache.data, new.data)
+  scales = None if cache.scales is None else put(cache.scales, new.scales)
+  return QuantizedArray(data, scales, cache.tensor_scale, format=cache.format,
+                        element_format=cache.element_format, shape=cache.shape, axis=cache.axis,
+                        block_shape=cache.block_shape, scale_mode=cache.scale_mode,
+                        hadamard=cache.hadamard)

@@ -1,0 +1,709 @@
+"""Tests of fp8lab.attention, fp8lab.kv_cache_update and the attention kernel
+(fp8lab/kernels/attention/, unpack.decode_codes).
+
+Default (CPU): the kernel runs in Pallas interpret mode on small odd shapes (lengths that are
+multiples of no block); the larger grids are marked `slow` (switches.grid). With
+FP8LAB_GPU_TESTS=1 on a GPU the same tests run the compiled kernel on larger shapes, plus the
+tests marked `gpu`. Expected values never come from the code under test: they are float64
+numpy computations over K / V dequantized by the golden model (fp8lab.dequantize).
+
+Error bound (float32 arithmetic, u = 2^-24), per query row, against the float64 attention of
+the same dequantized K / V (the kernel's K / V values equal the golden ones: it makes the
+same float32 scale products):
+  * scores: a float32 dot of length D, then one multiply by sm_scale:
+      |s_j - s64_j| <= (D + 1) u sm_scale sum_d |q_d k_jd|  =: Delta_j;
+  * softmax: p_j = exp(s_j - m); the subtraction rounds (u |s_j - m| <= 2u max|s|), and the
+    exponential is accurate to a relative 2^-21 (the GPU's ex2.approx after a multiply by
+    log2(e), whose rounding is another u |s_j - m| log2(e) in the exponent). So
+    p_j = p64_j e^{delta_j}, |delta_j| <= eta := 2 max_j Delta_j + 8u max|s| + 2^-21
+    (the factor 2: m itself moves with the scores, which cancels between numerator and
+    denominator but not between positions);
+  * o = sum_j p_j v_j / sum_j p_j: perturbing each weight by e^{delta_j} moves a convex
+    combination by at most (e^{2 eta} - 1) max|v| ~ 2 eta max|v| (to first order);
+  * float32 sums of S terms in P V and in l, the rescalings by alpha per block, the split
+    combine and the final division: at most (2S + 16) u sum_j p_j |v_j| / l <= (2S + 16) u max|v|.
+So |o - o64| <= (2.5 eta + (2S + 16) u) max_j |v_j| (2.5 for the second-order term, eta
+being tiny), max over the positions the row sees, plus the unit roundoff of q's dtype
+times |o64| when the output is rounded to bfloat16 / float16. The log-sum-exp:
+|lse - lse64| <= eta + (S + 8) u (|lse| + 1).
+The "bf16x3" dots (AttentionConfig.dots): q and p as three exact bfloat16 parts, K / V values
+exact in bfloat16 with their float32 per-tensor / per-token factor applied to the products
+(two more roundings per score: (D + 3) u above; one per P V product: 4 more u max|v|), and
+the tensor cores' float32 accumulation, which truncates: the addition terms double.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import fp8lab
+from fp8lab.formats import QUANTIZED, get_format
+from fp8lab.kernels import attention as AK
+from fp8lab.kernels import unpack as U
+from fp8lab.quantized import QuantizedArray
+
+warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
+warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
+
+from fp8lab_tests.lowering import triton_irs
+from fp8lab_tests.switches import ON_GPU, gpu, grid
+INTERPRET = not ON_GPU
+U32 = 2.0**-24
+# (B, S, Hkv): S a multiple of no block; larger compiled.
+SHAPE = (3, 1500, 4) if ON_GPU else (2, 100, 2)
+
+# Every registry format the kernel serves along D (1D blocks), with its KV block shape:
+# blockwise FP8 with one float32 scale per token and head (block = D), the others' defaults.
+KV_FORMATS = tuple(name for name, q in QUANTIZED.items() if AK.serves(name, q.block_shape))
+
+
+def _block(fmt: str, dim: int):
+  q = QUANTIZED[fmt]
+  if q.scaling == "block":
+    return (dim,)
+  return q.block_shape if q.block_shapes else None
+
+
+def _kv(fmt, x, **kw):
+  """x (B, S, Hkv, D) as a KV operand of `fmt` (None: the plain array)."""
+  if fmt is None:
+    return x
+  return fp8lab.quantize(x, fmt, block_shape=_block(fmt, x.shape[-1]), **kw)
+
+
+def _normal(seed, shape, scale=1.0):
+  return jax.random.normal(jax.random.key(seed), shape, jnp.float32) * scale
+
+
+def _values64(x) -> np.ndarray:
+  if isinstance(x, QuantizedArray):
+    return np.asarray(fp8lab.dequantize(x, jnp.float32), np.float64)
+  return np.asarray(x.astype(jnp.float32), np.float64)
+
+
+def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None, tensor_cores=False):
+  """float64 attention over dequantized K / V (numpy): (o, lse, o_tol, lse_tol), the
+  tolerances of the module docstring for float32 arithmetic; `tensor_cores`: for the
+  "bf16x3" dots (module docstring, last paragraph)."""
+  q = np.asarray(q.astype(jnp.float32), np.float64)
+  bsz, tq, hq, dim = q.shape
+  cap, hkv = kd.shape[1], kd.shape[2]
+  g = hq // hkv
+  sm = 1.0 / np.sqrt(dim) if sm_scale is None else sm_scale
+  o = np.zeros(q.shape)
+  lse = np.full((bsz, tq, hq), -np.inf)
+  o_tol = np.zeros(q.shape)
+  lse_tol = np.zeros((bsz, tq, hq))
+  for b in range(bsz):
+    for t in range(tq):
+      n = int(lengths[b])
+      if q_positions is not None:
+        n = min(n, int(q_positions[b, t]) + 1)
+      if n <= 0:
+        continue
+      for h in range(hq):
+        k = kd[b, :n, h // g]
+        v = vd[b, :n, h // g]
+        s = (k @ q[b, t, h]) * sm
+        m = s.max()
+        p = np.exp(s - m)
+        o[b, t, h] = p @ v / p.sum()
+        lse[b, t, h] = m + np.log(p.sum())
+        tc = 2 if tensor_cores else 1
+        delta = tc * (dim + 3) * U32 * sm * (np.abs(k) @ np.abs(q[b, t, h])).max()
+        eta = 2 * delta + 8 * U32 * np.abs(s).max() + 2.0**-21
+        o_tol[b, t, h] = (2.5 * eta + tc * (2 * n + 20) * U32) * np.abs(v).max()
+        lse_tol[b, t, h] = eta + (n + 8) * U32 * (abs(lse[b, t, h]) + 1)
+  return o, lse, o_tol, lse_tol
+
+
+def _u_out(dtype) -> float:
+  return {jnp.dtype(jnp.float32): 0.0, jnp.dtype(jnp.bfloat16): 2.0**-8,
+          jnp.dtype(jnp.float16): 2.0**-11}[jnp.dtype(dtype)]
+
+
+def assert_close(got, want, tol, what=""):
+  got = np.asarray(got, np.float64)
+  assert got.shape == want.shape, (got.shape, want.shape)
+  assert np.all(np.isfinite(got)), f"{what}: non-finite output"
+  err = np.abs(got - want)
+  bad = err > tol
+  assert not bad.any(), (f"{what}: {bad.sum()} of {bad.size} outside the bound; worst "
+                         f"err {err.max():.3g} where tol {tol.reshape(-1)[err.argmax()]:.3g}")
+
+
+def check_attention(q, k, v, lengths, impl="pallas", q_positions=None, **kw):
+  """Runs fp8lab.attention and checks o and lse against ref64; returns (o, lse)."""
+  lengths = jnp.asarray(lengths, jnp.int32)
+  interpret = INTERPRET and impl == "pallas"
+  o, lse = fp8lab.attention(q, k, v, kv_lengths=lengths, return_lse=True, implementation=impl,
+                            interpret=interpret, causal=q_positions is not None,
+                            q_positions=q_positions, **kw)
+  want, want_lse, tol, lse_tol = ref64(q, _values64(k), _values64(v), np.asarray(lengths),
+                                       kw.get("sm_scale"),
+                                       None if q_positions is None else np.asarray(q_positions))
+  assert o.dtype == q.dtype and o.shape == q.shape
+  assert_close(o, want, tol + _u_out(q.dtype) * np.abs(want), f"{impl} o")
+  seen = np.isfinite(want_lse)
+  np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), seen)
+  assert_close(np.where(seen, lse, 0.0), np.where(seen, want_lse, 0.0), lse_tol, f"{impl} lse")
+  return o, lse
+
+
+def _lengths(bsz, cap):
+  """Lengths that are multiples of no block: a short row, the full cache, odd ones."""
+  base = [cap - 3, 37, cap, 1, 65]
+  return np.array([base[i % len(base)] for i in range(bsz)], np.int32)
+
+
+# ---------------------------------------------------------------------------- decode helpers
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2", "e2m1", "f16", "bf16"])
+def test_decode_codes_matches_golden(elem):
+  """unpack.decode_codes against the golden decode over every code (f16 / bf16: their bit
+  patterns), bit for bit, NaN included; word_codes cuts each code out of packed words."""
+  f = get_format(elem)
+  n = 1 << f.bits
+  codes = np.arange(n, dtype=np.uint32)
+  got = np.asarray(jax.jit(lambda c: U.decode_codes(c, f))(codes))
+  if f.minifloat:
+    want = np.asarray(fp8lab.decode(codes.astype(np.uint8), elem), np.float32)
+  else:
+    want = codes.astype(np.uint16).view(f.dtype).astype(np.float32)
+  np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+  fin = ~np.isnan(want)
+  np.testing.assert_array_equal(got[fin].view(np.uint32), want[fin].view(np.uint32))
+  # word_codes: every code of packed words, in element order
+  rng = np.random.default_rng(0)
+  cw = rng.integers(0, n, (8, 32 // f.bits * 4), dtype=np.uint32)
+  words = np.asarray(fp8lab.pack(jnp.asarray(cw.astype(np.uint16 if f.bits == 16 else np.uint8)),
+                                 elem))
+  d = np.arange(cw.shape[1])
+  cut = U.word_codes(jnp.asarray(words)[:, d // f.per_word], f, jnp.asarray(d % f.per_word))
+  np.testing.assert_array_equal(np.asarray(cut), cw)
+
+
+def test_split_bf16_parts_sum_exactly():
+  """split_bf16 (q and p of the "bf16x3" dots): three bfloat16 parts whose float32 sum is x
+  bit for bit, for random float32 bit patterns of normal magnitude (2^-100 .. 2^100, both
+  signs) and for zeros; which operands take the exact bfloat16 path."""
+  rng = np.random.default_rng(1)
+  n = 4096
+  exp = rng.integers(127 - 100, 127 + 100, n, dtype=np.uint32)
+  bits = (rng.integers(0, 2, n, dtype=np.uint32) << 31) | (exp << 23) | rng.integers(
+      0, 1 << 23, n, dtype=np.uint32)
+  x = np.concatenate([bits.view(np.float32), np.array([0.0, -0.0, 1.0], np.float32)])
+  parts = jax.jit(AK.split_bf16)(jnp.asarray(x))
+  total = (np.asarray(parts[2], np.float32) + np.asarray(parts[1], np.float32)
+           ) + np.asarray(parts[0], np.float32)
+  np.testing.assert_array_equal(np.abs(total).view(np.uint32), np.abs(x).view(np.uint32))
+  plan = lambda f, block=None: AK.KVPlan(QUANTIZED[f].scaling, QUANTIZED[f].element, 64,
+                                         block or (_block(f, 64) or (None,))[0])
+  assert all(AK.split_serves(plan(f))
+             for f in ("e4m3", "e5m2", "e4m3_block", "mxfp8", "mxfp4", "nvfp4", "bf16"))
+  assert not any(AK.split_serves(p) for p in (
+      plan("f16"), plan("e4m3_block", 32), AK.kv_plan(jnp.zeros((1, 4, 1, 64)), 64)))
+
+
+# ---------------------------------------------------------------------------- every format
+
+_DIMS = (64, 128, 256)
+
+
+def _slow(*cases):
+  return [pytest.param(*c, marks=pytest.mark.slow) for c in cases]
+
+
+_GROUPS = (1, 4, 8)
+_ALL = KV_FORMATS + (None,)
+# Default: K and V in two formats at once (K / V share one decode), so that every format
+# is checked with half the launches, GQA ratios cycled over 1, 4, 8, D = 64; D = 128 and 256
+# once. FP8LAB_SLOW_TESTS=1: every format for K and V alike with every ratio, more D.
+_PAIRS = [(_ALL[i], _ALL[(i + 1) % len(_ALL)], _GROUPS[i // 2 % 3], 64)
+          for i in range(0, len(_ALL), 2)]
+_PAIRS += [("mxfp4", "e4m3_block", 4, 256), ("e4m3_block", "nvfp4", 8, 128)] + _slow(
+    *[(f, f, g, 64) for f in _ALL for g in _GROUPS],
+    ("nvfp4", "nvfp4", 8, 128), ("e4m3", "e4m3", 1, 256), (None, None, 8, 256),
+    ("e5m2_block", "mxfp8", 4, 128))
+
+
+@pytest.mark.parametrize("kfmt,vfmt,group,dim", _PAIRS)
+def test_kernel_every_format(kfmt, vfmt, group, dim):
+  bsz, cap, hkv = SHAPE
+  kf = _normal(1, (bsz, cap, hkv, dim), 2.0)
+  vf = _normal(2, (bsz, cap, hkv, dim))
+  q = _normal(3, (bsz, 1, hkv * group, dim))
+  check_attention(q, _kv(kfmt, kf), _kv(vfmt, vf), _lengths(bsz, cap))
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4"] + _slow(("e4m3_block",), ("e4m3",), ("mxfp4",), (None,)))
+def test_reference_every_format(fmt):
+  """The reference path within the same bound (it is float32 arithmetic too)."""
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  kf, vf = _normal(4, (bsz, cap, hkv, dim), 3.0), _normal(5, (bsz, cap, hkv, dim))
+  q = _normal(6, (bsz, 1, hkv * 4, dim))
+  check_attention(q, _kv(fmt, kf), _kv(fmt, vf), _lengths(bsz, cap), impl="reference")
+
+
+def test_kernel_mixed_formats_and_dtypes():
+  """K and V in different formats (nvfp4 K, e4m3 per-token-head V), bfloat16 q and output,
+  and a given sm_scale."""
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  k = _kv("nvfp4", _normal(7, (bsz, cap, hkv, dim)))
+  v = _kv("e5m2_block", _normal(8, (bsz, cap, hkv, dim)))
+  q = _normal(9, (bsz, 1, hkv * 4, dim)).astype(jnp.bfloat16)
+  check_attention(q, k, v, _lengths(bsz, cap), sm_scale=0.3)
+
+
+@pytest.mark.parametrize("impl", ["pallas"] + _slow(("reference",)))
+def test_causal_multi_token(impl):
+  """Tq > 1 with causal=True and q_positions: each token sees keys <= its position; a token
+  whose position is below 0 sees none (zeros, lse -inf)."""
+  bsz, cap, hkv = SHAPE
+  dim, tq = 64, 3
+  k = _kv("e4m3_block", _normal(10, (bsz, cap, hkv, dim)))
+  v = _kv("mxfp8", _normal(11, (bsz, cap, hkv, dim)))
+  q = _normal(12, (bsz, tq, hkv * 2, dim))
+  lengths = _lengths(bsz, cap)
+  qpos = np.stack([np.array([n - 3, n - 2, n - 1]) for n in lengths]).astype(np.int32)
+  qpos[1, 0] = -1
+  o, lse = check_attention(q, k, v, lengths, impl=impl, q_positions=jnp.asarray(qpos))
+  np.testing.assert_array_equal(np.asarray(o[1, 0]), 0.0)
+  assert np.all(np.asarray(lse[1, 0]) == -np.inf)
+
+
+@pytest.mark.slow
+def test_hadamard_rotated_k_and_v():
+  """A Hadamard-rotated K (q rotated the same way) and V (the output rotated back): the
+  attention of the unrotated dequantized values, within the bound plus the rotations'
+  float32 roundings (log2(block) butterfly stages, a few u max|v| more)."""
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  kr = fp8lab.quantize(_normal(13, (bsz, cap, hkv, dim)), "mxfp4", hadamard=32)
+  vr = fp8lab.quantize(_normal(14, (bsz, cap, hkv, dim)), "mxfp4", hadamard=32)
+  q = _normal(15, (bsz, 1, hkv * 4, dim))
+  lengths = _lengths(bsz, cap)
+  kd = np.asarray(fp8lab.dequantize(kr, unrotate=True), np.float64)
+  vd = np.asarray(fp8lab.dequantize(vr, unrotate=True), np.float64)
+  want, _, tol, _ = ref64(q, kd, vd, lengths)
+  # the reference path rotates with the same code (ops/attention._rotate_q / _unrotate_o)
+  o = fp8lab.attention(q, kr, vr, kv_lengths=jnp.asarray(lengths), implementation="pallas",
+                       interpret=INTERPRET)
+  assert_close(o, want, tol + 64 * U32 * np.abs(vd).max(), "pallas")
+
+
+# ---------------------------------------------------------------------------- masking
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e4m3_block", "nvfp4", "mxfp4"] + _slow(
+    ("mxfp8",), ("bf16",), (None,)))
+def test_garbage_past_length_never_read(fmt):
+  """NaN / Inf quantized into the positions past each row's length, then every word and
+  scale there overwritten with all-ones bytes (NaN codes and scales): the kernel's output is
+  bit for bit the one over a cache holding zeros there, and finite; the reference too."""
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  lengths = _lengths(bsz, cap)
+  past = np.arange(cap)[None, :] >= lengths[:, None]                    # (B, S)
+  xk, xv = _normal(16, (bsz, cap, hkv, dim)), _normal(17, (bsz, cap, hkv, dim))
+  clean = [jnp.where(past[:, :, None, None], 0.0, x) for x in (xk, xv)]
+  dirty = [jnp.where(past[:, :, None, None], jnp.float32(v), x)
+           for x, v in ((xk, np.nan), (xv, np.inf))]
+  # per-tensor scales come from the finite values; give both caches the clean ones
+  kw = {}
+  if fmt in ("e4m3", "e5m2"):
+    kw = dict(scale=jnp.float32(30.0))
+  elif fmt == "nvfp4":
+    kw = dict(scale=jnp.float32(500.0))
+  clean = [_kv(fmt, x, **kw) for x in clean]
+  dirty = [_kv(fmt, x, **kw) for x in dirty]
+
+  def spoil(x):
+    if not isinstance(x, QuantizedArray):
+      return x
+    m = jnp.asarray(past)[:, :, None, None]
+    data = jnp.where(m, jnp.uint32(0xFFFFFFFF), x.data)
+    scales = x.scales
+    if scales is not None:
+      bad = jnp.asarray(np.nan if scales.dtype == jnp.float32 else 0xFF, scales.dtype)
+      scales = jnp.where(m, bad, scales)
+    return QuantizedArray(data, scales, x.tensor_scale, format=x.format,
+                          element_format=x.element_format, shape=x.shape, axis=x.axis,
+                          block_shape=x.block_shape, scale_mode=x.scale_mode,
+                          hadamard=x.hadamard)
+
+  dirty = [spoil(x) for x in dirty]
+  q = _normal(18, (bsz, 1, hkv * 4, dim))
+  for impl in ("pallas", "reference"):
+    run = functools.partial(fp8lab.attention, q, kv_lengths=jnp.asarray(lengths),
+                            implementation=impl, interpret=INTERPRET and impl == "pallas")
+    a, b = run(*clean), run(*dirty)
+    assert np.all(np.isfinite(np.asarray(b))), impl
+    np.testing.assert_array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+
+
+def test_zero_length_rows():
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  k = _kv("e4m3_block", _normal(19, (bsz, cap, hkv, dim)))
+  q = _normal(20, (bsz, 1, hkv, dim))
+  lengths = np.zeros(bsz, np.int32)
+  lengths[0] = 5
+  for impl in ("pallas", "reference"):
+    o, lse = check_attention(q, k, k, lengths, impl=impl)
+    np.testing.assert_array_equal(np.asarray(o[1:]), 0.0)
+    assert np.all(np.asarray(lse[1:]) == -np.inf)
+
+
+# ---------------------------------------------------------------------------- paged
+
+def _paged(x, page_size, seed):
+  """A contiguous cache (B, S, ...) as a shuffled page pool (with one spare page) and its
+  table (B, S / page_size)."""
+  if isinstance(x, QuantizedArray):
+    leaves = [x.data, x.scales]
+  else:
+    leaves = [x, None]
+  bsz, cap = leaves[0].shape[:2]
+  pages = cap // page_size
+  perm = np.random.default_rng(seed).permutation(bsz * pages + 1)
+  table = perm[:bsz * pages].reshape(bsz, pages).astype(np.int32)
+
+  def pool(a):
+    if a is None:
+      return None
+    p = jnp.zeros((bsz * pages + 1, page_size) + a.shape[2:], a.dtype)
+    return p.at[jnp.asarray(table.reshape(-1))].set(
+        a.reshape((bsz * pages, page_size) + a.shape[2:]))
+
+  if not isinstance(x, QuantizedArray):
+    return pool(x), jnp.asarray(table)
+  shape = (bsz * pages + 1, page_size) + tuple(x.shape[2:])
+  return QuantizedArray(pool(x.data), pool(x.scales), x.tensor_scale, format=x.format,
+                        element_format=x.element_format, shape=shape, axis=x.axis,
+                        block_shape=x.block_shape, scale_mode=x.scale_mode,
+                        hadamard=x.hadamard), jnp.asarray(table)
+
+
+@pytest.mark.parametrize("fmt,page_size", [("e4m3_block", 16), ("nvfp4", 10)] + _slow(
+    ("mxfp4", 25), (None, 20)))
+def test_paged_equals_contiguous(fmt, page_size):
+  """The same cache as a shuffled page pool: bit for bit the contiguous results (kernel
+  and reference), page sizes that are and are not powers of two."""
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  cap = cap // page_size * page_size
+  k = _kv(fmt, _normal(21, (bsz, cap, hkv, dim)))
+  v = _kv(fmt, _normal(22, (bsz, cap, hkv, dim)))
+  kp, table = _paged(k, page_size, 0)
+  vp, _ = _paged(v, page_size, 0)
+  q = _normal(23, (bsz, 1, hkv * 4, dim))
+  lengths = jnp.asarray(_lengths(bsz, cap))
+  for impl in ("pallas", "reference"):
+    run = functools.partial(fp8lab.attention, q, kv_lengths=lengths, implementation=impl,
+                            interpret=INTERPRET and impl == "pallas")
+    a = np.asarray(run(k, v))
+    b = np.asarray(run(kp, vp, block_tables=table))
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+# ---------------------------------------------------------------------------- splits
+
+@pytest.mark.parametrize("n_splits,block_s,dots,kfmt,vfmt", [
+    (1, 16, "f32", "e4m3_block", "mxfp4"), (8, 32, "f32", "e4m3_block", "mxfp4"),
+    (2, 32, "bf16x3", "e4m3_block", "nvfp4"), (2, 16, "bf16x3", "mxfp8", "e4m3")] + _slow(
+    (4, 16, "f32", "e4m3_block", "mxfp4"), (2, 16, "bf16x3", "bf16", "f16"),
+    (2, 16, "bf16x3", "nvfp4", "e4m3_block"), (4, 32, "bf16x3", "mxfp4", "bf16"),
+    (2, 16, "bf16x3", "e5m2", None), (2, 16, "bf16x3", "e4m3_block", "bfloat16")))
+def test_splits_and_blocks(n_splits, block_s, dots, kfmt, vfmt):
+  """Other launch configurations (splits past the length included) within the bound;
+  combine is a fixed-order merge."""
+  bsz, cap, hkv = SHAPE
+  dim, group = 64, 4
+  k = _kv(kfmt, _normal(24, (bsz, cap, hkv, dim), 2.0))
+  v = (_normal(25, (bsz, cap, hkv, dim)).astype(jnp.bfloat16) if vfmt == "bfloat16" else
+       _kv(vfmt, _normal(25, (bsz, cap, hkv, dim))))
+  q = _normal(26, (bsz, 1, hkv * group, dim))
+  lengths = _lengths(bsz, cap)
+  q_rows = jnp.pad(q.reshape(bsz, hkv, group, dim), ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
+  qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
+  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots)
+  o, lse = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
+                               kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim),
+                               capacity=cap, page_size=cap, sm_scale=1 / 8, config=cfg,
+                               interpret=INTERPRET)
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
+  assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, "o")
+
+
+def test_deterministic_interpret():
+  bsz, cap, hkv = SHAPE
+  k = _kv("nvfp4", _normal(27, (bsz, cap, hkv, 64)))
+  q = _normal(28, (bsz, 1, hkv * 8, 64))
+  f = jax.jit(functools.partial(fp8lab.attention, implementation="pallas", interpret=INTERPRET))
+  a = np.asarray(f(q, k, k))
+  np.testing.assert_array_equal(np.asarray(f(q, k, k)).view(np.uint32), a.view(np.uint32))
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["e4m3_block", "e4m3", "nvfp4", "mxfp4"])
+def test_deterministic_bits_across_runs(fmt):
+  k = _kv(fmt, _normal(29, (2, 8192, 8, 128)))
+  q = _normal(30, (2, 1, 32, 128))
+  f = jax.jit(functools.partial(fp8lab.attention, implementation="pallas"))
+  first = np.asarray(f(q, k, k)).view(np.uint32)
+  for _ in range(3):
+    np.testing.assert_array_equal(np.asarray(f(q, k, k)).view(np.uint32), first)
+
+
+@pytest.mark.parametrize("fmt,dots", grid(list(KV_FORMATS + (None,)), list(AK.DOTS)))
+def test_triton_lowering(fmt, dots):
+  """The kernel lowers to Triton IR for the H200 from any host (fp8lab_tests/lowering.py),
+  paged, for every format and both dot paths: no float division, no fp8 / fp4 types (the
+  integer decode), IEEE float32 dots on the f32 path (no tf32), three dots per product on
+  the bf16x3 path where split_serves takes the operand."""
+  bsz, cap, hkv, dim = 2, 256, 2, 128
+  x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
+  kv = x if fmt is None else jax.eval_shape(lambda a: _kv(fmt, a), x)
+  plan = AK.kv_plan(kv, dim)
+  cfg = AK.AttentionConfig(block_s=64, n_splits=4, dots=dots)
+  f = lambda q_rows, qpos, n, table, k, v: AK.attention_pallas(
+      q_rows, qpos, n, table, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=32,
+      sm_scale=0.1, config=cfg)
+  aval = jax.ShapeDtypeStruct
+  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.float32), aval((bsz, 16), jnp.int32),
+                     aval((bsz,), jnp.int32), aval((bsz, cap // 32), jnp.int32), kv, kv)
+  assert "tt.func" in ir and "arith.divf" not in ir
+  assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
+  split = dots == "bf16x3" and AK.split_serves(plan)
+  assert len(re.findall(r"tt\.dot ", ir)) == (6 if split else 2)
+  if not split:
+    assert "inputPrecision = tf32" not in ir
+
+
+@gpu
+@pytest.mark.parametrize("fmt", ["e4m3_block", "e4m3", "nvfp4", "mxfp4", None])
+@pytest.mark.parametrize("dots", AK.DOTS)
+def test_compiled_target_shape(fmt, dots):
+  """Compiled, near the issue's target shape (Hq 32, Hkv 8, D 128, 8K positions, the default
+  launch with its KV splits), both dot paths, against the float64 reference."""
+  bsz, cap, hkv, dim, group = 2, 8192, 8, 128, 4
+  k = _kv(fmt, _normal(45, (bsz, cap, hkv, dim), 2.0).astype(jnp.bfloat16).astype(jnp.float32))
+  v = _kv(fmt, _normal(46, (bsz, cap, hkv, dim)))
+  if fmt is None:
+    k, v = k.astype(jnp.bfloat16), v.astype(jnp.bfloat16)
+  q = _normal(47, (bsz, 1, hkv * group, dim)).astype(jnp.bfloat16)
+  lengths = np.array([cap - 5, 3001], np.int32)
+  cfg = dataclasses.replace(AK.attention_config(bsz, hkv, cap, dim), dots=dots)
+  q_rows = jnp.pad(q.astype(jnp.float32).reshape(bsz, hkv, group, dim),
+                   ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
+  qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
+  o, _ = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
+                             kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), capacity=cap,
+                             page_size=cap, sm_scale=dim ** -0.5, config=cfg)
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
+  assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, f"{fmt} {dots}")
+
+
+# ---------------------------------------------------------------------------- transforms
+
+def test_jit_vmap_grad():
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  k = _kv("e4m3_block", _normal(31, (bsz, cap, hkv, dim)))
+  v = _kv("mxfp8", _normal(32, (bsz, cap, hkv, dim)))
+  lengths = jnp.asarray(_lengths(bsz, cap))
+  qs = _normal(33, (2, bsz, 1, hkv * 2, dim))
+  f = functools.partial(fp8lab.attention, kv_lengths=lengths, implementation="pallas",
+                        interpret=INTERPRET)
+  got = jax.jit(jax.vmap(lambda q: f(q, k, v)))(qs)
+  for i in range(2):
+    want, _, tol, _ = ref64(qs[i], _values64(k), _values64(v), np.asarray(lengths))
+    assert_close(got[i], want, tol, f"vmap {i}")
+  # grad wrt q: the reference's gradient, whichever implementation runs forward (a linear
+  # loss, so that the cotangent does not depend on the forward's output)
+  w = np.asarray(_normal(44, qs[0].shape), np.float64)
+  loss = lambda impl: (lambda q: jnp.sum(fp8lab.attention(
+      q, k, v, kv_lengths=lengths, implementation=impl,
+      interpret=INTERPRET and impl == "pallas") * w))
+  g_kernel = jax.grad(loss("pallas"))(qs[0])
+  g_ref = jax.grad(loss("reference"))(qs[0])
+  np.testing.assert_array_equal(np.asarray(g_kernel), np.asarray(g_ref))
+  # against central differences of the float64 reference, one coordinate
+  e = np.zeros(qs[0].shape)
+  e[0, 0, 1, 3] = 1e-3
+
+  def f64(qq):
+    o, *_ = ref64(jnp.asarray(qq, jnp.float32), _values64(k), _values64(v), np.asarray(lengths))
+    return np.sum(o * w)
+  fd = (f64(np.asarray(qs[0]) + e) - f64(np.asarray(qs[0]) - e)) / 2e-3
+  assert abs(float(g_ref[0, 0, 1, 3]) - fd) < 1e-2 * max(1.0, abs(fd))
+
+
+# ---------------------------------------------------------------------------- kv_cache_update
+
+@pytest.mark.parametrize("fmt,paged", [("e4m3_block", False), ("mxfp4", True), ("nvfp4", False),
+                                       ("e4m3", False)] + _slow(
+    ("e4m3_block", True), ("mxfp8", False), ("bf16", False), (None, True)))
+def test_kv_cache_update_bytes(fmt, paged):
+  """Writing tokens into a cache gives the bytes of quantizing the whole cache at once
+  (per-tensor formats with the cache's quantization scale given), for (B,) and (B, T)
+  positions, contiguous and paged, under jit with the cache donated."""
+  bsz, cap, hkv = SHAPE
+  dim, t = 64, 3
+  x = _normal(34, (bsz, cap, hkv, dim))
+  start = np.array([5, cap - t] + [7] * (bsz - 2), np.int32)[:bsz]
+  pos = start[:, None] + np.arange(t)[None, :]
+  upto = np.arange(cap)[None, :] < start[:, None]
+  after = upto | ((np.arange(cap)[None, :] >= start[:, None])
+                  & (np.arange(cap)[None, :] < start[:, None] + t))
+  kw = {}
+  if fmt in ("e4m3",):
+    kw = dict(scale=jnp.float32(100.0))
+  elif fmt == "nvfp4":
+    kw = dict(scale=jnp.float32(900.0))
+  before = _kv(fmt, jnp.where(upto[:, :, None, None], x, 0.0), **kw)
+  whole = _kv(fmt, jnp.where(after[:, :, None, None], x, 0.0), **kw)
+  new = jnp.asarray(x[np.arange(bsz)[:, None], pos])
+  page_size = 20
+  table = None
+  if paged:
+    cap2 = cap // page_size * page_size
+    assert start.max() + t <= cap2
+    before, table = _paged(_trim(before, cap2), page_size, 1)
+    whole, _ = _paged(_trim(whole, cap2), page_size, 1)
+  upd = jax.jit(functools.partial(fp8lab.kv_cache_update, block_tables=table,
+                                  scale=kw.get("scale")), donate_argnums=0)
+  for positions in (jnp.asarray(start), jnp.asarray(pos, jnp.int32)):
+    got = upd(jax.tree_util.tree_map(jnp.copy, before), new, positions)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(whole)):
+      np.testing.assert_array_equal(np.asarray(a).reshape(-1).view(np.uint8),
+                                    np.asarray(b).reshape(-1).view(np.uint8))
+
+
+def _trim(x, cap):
+  if not isinstance(x, QuantizedArray):
+    return x[:, :cap]
+  return QuantizedArray(x.data[:, :cap], None if x.scales is None else x.scales[:, :cap],
+                        x.tensor_scale, format=x.format, element_format=x.element_format,
+                        shape=(x.shape[0], cap) + tuple(x.shape[2:]), axis=x.axis,
+                        block_shape=x.block_shape, scale_mode=x.scale_mode, hadamard=x.hadamard)
+
+
+def test_kv_cache_update_then_attend():
+  """Decode loop: update the cache with one token, attend with length + 1 (kernel)."""
+  bsz, cap, hkv = SHAPE
+  dim = 64
+  x = _normal(35, (bsz, cap, hkv, dim))
+  lengths = _lengths(bsz, cap) - 1
+  cache = _kv("e4m3_block", jnp.where((np.arange(cap)[None, :] < lengths[:, None])[
+      :, :, None, None], x, 0.0))
+  cache = fp8lab.kv_cache_update(cache, x[np.arange(bsz), lengths][:, None],
+                                 jnp.asarray(lengths))
+  q = _normal(36, (bsz, 1, hkv * 4, dim))
+  check_attention(q, cache, cache, lengths + 1)
+
+
+# ---------------------------------------------------------------------------- errors
+
+def _meta(x, **changes):
+  """x with other metadata (the same leaves)."""
+  aux = dict(format=x.format, element_format=x.element_format, shape=x.shape, axis=x.axis,
+             block_shape=x.block_shape, scale_mode=x.scale_mode, hadamard=x.hadamard)
+  aux.update(changes)
+  return QuantizedArray(x.data, x.scales, x.tensor_scale, **aux)
+
+
+def test_errors_before_tracing():
+  bsz, cap, hkv = 2, 40, 2
+  k = _kv("e4m3_block", jnp.ones((bsz, cap, hkv, 64)))
+  q = jnp.ones((bsz, 1, 4, 64))
+  att = fp8lab.attention
+  with pytest.raises(ValueError, match="D must be one of"):
+    att(jnp.zeros((bsz, 1, 4, 32)), jnp.zeros((bsz, cap, hkv, 32)),
+        jnp.zeros((bsz, cap, hkv, 32)))
+  with pytest.raises(ValueError, match="multiple of Hkv"):
+    att(jnp.zeros((bsz, 1, 3, 64)), k, k)
+  with pytest.raises(TypeError, match="q must be float32"):
+    att(q.astype(jnp.int32), k, k)
+  with pytest.raises(ValueError, match=r"\(B, Tq, Hq, D\)"):
+    att(q[0], k, k)
+  with pytest.raises(ValueError, match="batch"):
+    att(q[:1], k, k)
+  # metadata only: the checks read no leaf
+  with pytest.raises(ValueError, match="axis -1"):
+    att(q, k, _meta(k, format="mxfp8", axis=1))
+  with pytest.raises(ValueError, match="1D blocks"):
+    att(q, k, _meta(k, format="nvfp4", block_shape=(16, 16)))
+  with pytest.raises(ValueError, match="does not divide"):
+    att(q, k, _meta(k, block_shape=(48,)))
+  with pytest.raises(TypeError, match="QuantizedArray or a float"):
+    att(q, k, "v")
+  with pytest.raises(ValueError, match="one shape"):
+    att(q, k, jnp.zeros((bsz, cap - 1, hkv, 64)))
+  with pytest.raises(TypeError, match="kv_lengths must be int32"):
+    att(q, k, k, kv_lengths=jnp.ones((bsz,), jnp.float32))
+  with pytest.raises(ValueError, match="kv_lengths must have shape"):
+    att(q, k, k, kv_lengths=jnp.ones((bsz + 1,), jnp.int32))
+  with pytest.raises(ValueError, match=r"kv_lengths must lie in \[0, 40\]"):
+    att(q, k, k, kv_lengths=jnp.array([3, 41], jnp.int32))
+  with pytest.raises(ValueError, match="needs q_positions"):
+    att(q, k, k, causal=True)
+  with pytest.raises(ValueError, match="goes with causal"):
+    att(q, k, k, q_positions=jnp.zeros((bsz, 1), jnp.int32))
+  with pytest.raises(ValueError, match="pool pages"):
+    att(q, k, k, block_tables=jnp.array([[0, 2], [1, 0]], jnp.int32))
+  with pytest.raises(ValueError, match="block_tables must have shape"):
+    att(q, k, k, block_tables=jnp.zeros((bsz + 1, 1), jnp.int32))
+  with pytest.raises(ValueError, match="implementation must be"):
+    att(q, k, k, implementation="xla")
+  with pytest.raises(ValueError, match="sm_scale"):
+    att(q, k, k, sm_scale=float("nan"))
+  if not ON_GPU:
+    with pytest.raises(ValueError, match="needs a GPU"):
+      att(q, k, k, implementation="pallas")
+  with pytest.raises(ValueError, match="interpret=True runs the Pallas kernel"):
+    att(q, k, k, implementation="reference", interpret=True)
+  # kv_cache_update
+  upd = fp8lab.kv_cache_update
+  with pytest.raises(ValueError, match=r"positions must lie in \[0, 40\)"):
+    upd(k, jnp.zeros((bsz, 2, hkv, 64)), jnp.array([0, 39], jnp.int32))
+  with pytest.raises(TypeError, match="positions must be int32"):
+    upd(k, jnp.zeros((bsz, 1, hkv, 64)), jnp.array([0, 1], jnp.float32))
+  with pytest.raises(ValueError, match="k_new must be"):
+    upd(k, jnp.zeros((bsz, 1, hkv + 1, 64)), jnp.array([0, 1], jnp.int32))
+  with pytest.raises(ValueError, match="scale is for the per-tensor"):
+    upd(k, jnp.zeros((bsz, 1, hkv, 64)), jnp.array([0, 1], jnp.int32), scale=1.0)
+
+
+def test_default_implementation_is_reference_until_verified():
+  """_KERNEL_DEFAULT is empty: implementation=None runs the reference (same bits)."""
+  import sys
+  A = sys.modules["fp8lab.ops.attention"]
+  assert A._KERNEL_DEFAULT == frozenset()
+  bsz, cap, hkv = SHAPE
+  k = _kv("e4m3_block", _normal(39, (bsz, cap, hkv, 64)))
+  q = _normal(40, (bsz, 1, hkv, 64))
+  a = np.asarray(fp8lab.attention(q, k, k))
+  b = np.asarray(fp8lab.attention(q, k, k, implementation="reference"))
+  np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["e4m3_block", "nvfp4", None])
+def test_kernel_long_cache(fmt):
+  """A longer cache with several splits and GQA 8 (slow in interpret mode)."""
+  bsz, cap, hkv, dim = 2, 1000, 2, 128
+  k = _kv(fmt, _normal(41, (bsz, cap, hkv, dim), 2.0))
+  v = _kv(fmt, _normal(42, (bsz, cap, hkv, dim)))
+  q = _normal(43, (bsz, 1, hkv * 8, dim))
+  check_attention(q, k, v, np.array([cap - 7, 333], np.int32))
