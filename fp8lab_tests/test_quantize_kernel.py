@@ -426,7 +426,8 @@ def test_lowers_for_cuda_without_float_division_or_fp8():
       # math.ctlz (clz of a uint32) lowers here but Triton cannot compile it (H200 run of
       # 2026-12-01): clz must go through int32 (__nv_clz)
       assert "math.ctlz" not in ir
-    # fp8 elements rounded to nearest even with float_encode: the conversion instruction
-    assert (_FP8_CVT.search(irs[-1]) is not None) == (
-        fe and sr is None and QUANTIZED[fmt].element.bits == 8)
+    # fp8 elements rounded to nearest even with float_encode, and nvfp4's E4M3 scale codes
+    # (nearest even whatever the elements' rounding): the conversion instruction
+    assert (_FP8_CVT.search(irs[-1]) is not None) == (fe and (
+        (sr is None and QUANTIZED[fmt].element.bits == 8) or fmt == "nvfp4"))
     assert ("arith.mulf" in irs[-1]) == fp

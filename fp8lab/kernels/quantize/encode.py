@@ -254,26 +254,32 @@ def fp8_convert_code(v, elem: ElementFormat):
       jnp.uint32)
 
 
-# a + C - C rounds a to a multiple of 2^k (round to nearest even: C = 1.5 * 2^(23 + k) is a
-# multiple of 2^(k + 1)); e2m1's spacing is 2^-1 below 2, 1 in [2, 4), 2 from 4 to 6.
-_E2M1_MAGIC = tuple(np.float32(1.5 * 2.0**(23 + k)) for k in (-1, 0, 1))
+# Rounding a float32 a >= 0 to nearest even on e2m1's grid with float adds (one rounding
+# each, so exact): below 2 the grid's spacing is 1/2, and (a + C) - C with C = 1.5 * 2^22
+# rounds to it (C is a multiple of 1: the sum's last place is 1/2 and its evenness the
+# grid's). From 1 up the grid is two significant bits, and Veltkamp's split
+# c = fl(a * 2^22 + a), h = fl(c - fl(c - a)) rounds to them (to nearest even: every float32
+# in [1, 8) checked against the binade's (a + C) - C, 2026-12-02).
+_E2M1_HALF = np.float32(1.5 * 2.0**22)
+_SPLIT = np.float32(2.0**22)
 
 
 def e2m1_float_code(vbits):
   """Saturating RNE e2m1 code (uint32, sign included) of float32 bits, from float adds:
-  |v| clipped to 6, rounded to the e2m1 grid by a + C - C with the binade's C (exact: the
-  sum is rounded once, to nearest even; a float32 subnormal gives 0 whether flushed or
-  not), then the grid value's code as a float, min(2r, r + 2, 7) (0, .5, 1, 1.5, 2 -> 0..4;
-  3, 4 -> 5, 6; 6 -> 7), read from the low bits of code + 2^23. Two integer instructions
-  per element (the sign's shift and one and-or): the float pipe takes the rest. A NaN gives
-  some code: the callers force NaN / Inf blocks."""
+  |v| clipped to 6, rounded onto the e2m1 grid (above), then the grid value's code as the
+  float min(2r, r + 2, 7) (0, .5, 1, 1.5, 2 -> 0..4; 3, 4 -> 5, 6; 6 -> 7), read from the
+  low bits of code + 2^23. The float multiply-adds run on the GPU's FMA pipe; the clip, the
+  one select, the two mins and the sign's shift and and-or on its ALU pipe. A float32
+  subnormal gives 0 whether flushed or not; a NaN gives some code: the callers force NaN /
+  Inf blocks."""
   a = jnp.minimum(lax.bitcast_convert_type(vbits & MAG, jnp.float32), np.float32(6.0))
-  c0, c1, c2 = _E2M1_MAGIC
-  c = jnp.where(a < np.float32(2.0), c0, jnp.where(a < np.float32(4.0), c1, c2))
-  r = (a + c) - c
+  low = (a + _E2M1_HALF) - _E2M1_HALF                     # spacing 1/2 (a < 2)
+  c = a * _SPLIT + a
+  high = c - (c - a)                                      # two significant bits (a >= 1)
+  r = jnp.where(a < np.float32(1.0), low, high)
   t = jnp.minimum(jnp.minimum(r + r, r + np.float32(2.0)), np.float32(7.0))
-  low = u32(t + np.float32(2.0**23))                      # 2^23 + t: t in the low bits
-  return (low & _U(7)) | ((vbits >> _U(28)) & _U(8))
+  word = u32(t + np.float32(2.0**23))                     # 2^23 + t: t in the low bits
+  return (word & _U(7)) | ((vbits >> _U(28)) & _U(8))
 
 
 # ----------------------------------------------------------------------------------------

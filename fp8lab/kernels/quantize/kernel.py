@@ -199,11 +199,16 @@ def _encode_tile(bits, mag, axis: int, spec: _Spec, scal_ref, tab_ref, rbits):
       codes = _encode(enc.shift_bits(bits, grow(s)), elem, spec, None)
   else:                                                     # nvfp4, docs/numerics.md 5
     sf = jnp.full(bm.shape, scal_ref.first[0], jnp.uint32)  # fl(S_enc * fl(1/6))
-    sc = enc.encode_bits(f32.mul_bits(bm, sf), E4M3)
+    # the block's scale code, rounded to nearest even whatever the elements' rounding
+    sc = _encode(_product(bm, sf, spec), E4M3, spec, None)
     sc = jnp.where(nonfinite, _U(E4M3.nan_code), sc)
     enc_b = plgpu.load(tab_ref.at[enc.i32(sc)])            # enc_b of each scale code
     codes = _encode(_product(bits, grow(enc_b), spec), elem, spec, rbits)
-  codes = jnp.where(grow(nonfinite), _U(0), codes)
+  # NaN / Inf blocks' codes are 0: a branch of the whole program, so that a finite tile
+  # (every block's max below Inf) pays no select per element
+  any_nonfinite = jnp.max(jnp.max(bm, axis=-1), axis=0) >= enc.INF
+  codes = lax.cond(any_nonfinite, lambda: jnp.where(grow(nonfinite), _U(0), codes),
+                   lambda: codes)
   return codes, sc
 
 
