@@ -228,8 +228,10 @@ def spy(monkeypatch):
 
 
 def _weight(fmt="e4m3", n=64, k=128, **kw):
+  # the golden model: with on_gpu faked, quantize's default would be its GPU kernel
   return fp8lab.quantize(jnp.asarray(np.random.default_rng(0).standard_normal((n, k)),
-                                     jnp.float32), fmt, axis=-1, **kw)
+                                     jnp.float32), fmt, axis=-1, implementation="reference",
+                         **kw)
 
 
 def test_none_on_a_gpu_resolves_through_the_table(monkeypatch, spy):
