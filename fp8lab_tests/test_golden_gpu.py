@@ -257,9 +257,11 @@ def assert_same_on_cpu(fn, *args):
 @functools.lru_cache(maxsize=None)
 def _quantize_fn(fmt, block_shape, scale_mode, rounding, spec):
   def fn(x, key):
+    # the golden model on both devices (on a GPU the default is the kernel, which
+    # test_quantize_kernel.py compares with the golden model)
     q = fp8lab.quantize(x, fmt, block_shape=block_shape, scale_mode=scale_mode,
                         rounding=rounding, key=key if rounding == "stochastic" else None,
-                        hadamard=spec)
+                        hadamard=spec, implementation="reference")
     return q, [q.dequantize(d, unrotate=spec is not None) for d in DEQUANT_DTYPES]
   return jax.jit(fn)
 

@@ -204,6 +204,13 @@ def test_default_on_a_gpu_is_the_kernel_where_it_serves_the_call(monkeypatch):
   got = fp8lab.quantize(x, "mxfp4", hadamard=64)
   want = fp8lab.quantize(x, "mxfp4", hadamard=64, implementation="reference")
   assert np.asarray(got.data).tobytes() == np.asarray(want.data).tobytes()
+  # 2^31 elements and more: not served (int32 offsets), so None is the golden model there
+  big = jax.eval_shape(lambda v: fp8lab.quantize(v, "mxfp8", implementation="reference"),
+                       jax.ShapeDtypeStruct((65536, 32768), jnp.bfloat16))
+  assert "int32" in qop.kernel_serves(big, ndim=2, transpose=False, has_scale=False)
+  small = jax.eval_shape(lambda v: fp8lab.quantize(v, "mxfp8", implementation="reference"),
+                         jax.ShapeDtypeStruct((65536, 32767), jnp.bfloat16))
+  assert qop.kernel_serves(small, ndim=2, transpose=False, has_scale=False) is None
 
 
 # ----------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import NamedTuple
 
 import jax
@@ -192,6 +193,8 @@ def kernel_serves(meta: QuantizedArray, *, ndim: int, transpose: bool,
   qf = get_quantized_format(meta.format)
   if qf.scaling not in ("tensor", "mx", "nvfp4", "block"):
     return f"the kernel does not serve {qf.name!r} (scaling {qf.scaling!r})"
+  if math.prod(meta.shape) >= 2**31:
+    return f"x has {math.prod(meta.shape)} elements; the kernel's offsets are int32 (< 2^31)"
   if qf.scaling == "block":
     why = qblockwise.unserved_block(qf.name, meta.block_shape, transpose)
     if why is not None:
