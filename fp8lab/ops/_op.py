@@ -15,8 +15,10 @@ Every public op (fp8lab.gemv_packed today; quantize and attention next) is writt
      instead of one per example; other vmapped operands run one call per example.
 
 Implementations (the `implementation` argument of every op):
-  None         the default for the device: the Pallas kernel on a GPU, the reference
-               elsewhere (interpret=True: the kernel, in interpret mode);
+  None         the default for the device: on a GPU each op's measured choice (gemv: its
+               dispatch table, kernels/gemv/dispatch.py; quantize: the kernel where it
+               serves the call; attention: the reference until its kernel is verified),
+               the reference elsewhere (interpret=True: the kernel, in interpret mode);
   "pallas"     the Pallas kernel (Triton lowering; the only Pallas path for GPUs without
                fp8 units); on a machine without a GPU only with interpret=True;
   "xla"        plain jnp over the same packed bytes, bitcast to XLA's float8 / float4 dtypes
