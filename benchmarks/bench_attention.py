@@ -50,7 +50,8 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
-from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
+from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
+from benchmarks.timing import nbytes  # noqa: E402
 from fp8lab.ops.attention import DOTS_ENV  # noqa: E402
 
 
@@ -127,11 +128,6 @@ _INTERPRET = flags.DEFINE_bool("interpret", None, "Kernels in interpret mode (de
 _SUMMARIZE = flags.DEFINE_string("summarize", None, "Print the table of a results file and exit.")
 
 
-def nbytes(tree: Any) -> int:
-  return sum(int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize
-             for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "dtype"))
-
-
 # --- the ops --------------------------------------------------------------------------------
 
 def baseline_op(name: str, interpret: bool) -> Callable[..., Any]:
@@ -196,27 +192,10 @@ def make_inputs(size: Size, copies: int, seed: int):
 # --- the run --------------------------------------------------------------------------------
 
 def time_row(op: Callable, args: list, *, reps: int, warmup: int) -> dict[str, Any]:
-  row: dict[str, Any] = {}
-  try:
-    t0 = time.perf_counter()
-    compiled = timing.compile_unrolled(op, args)
-    row["compile_s"] = round(time.perf_counter() - t0, 2)
-    outs = compiled(args)
+  """timing.measure's row, and whether the first call's output is all finite."""
+  row, outs = timing.measure(op, args, reps=reps, warmup=warmup)
+  if outs is not None:
     row["finite"] = bool(np.all(np.isfinite(np.asarray(outs[0], np.float32))))
-    del outs
-    t = timing.time_compiled(compiled, args, reps=reps, warmup=warmup, copies=len(args))
-    row["timing"], row["time_us"] = t.as_dict(), t.median_us
-    if jax.default_backend() == "gpu":
-      try:
-        dev = timing.device_kernel_times(compiled, args, runs=3)
-      except Exception as e:  # pylint: disable=broad-except
-        dev, row["device_error"] = None, f"{type(e).__name__}: {e}"[:300]
-      if dev:
-        row["device_us_per_op"] = sum(map(sum, dev.values())) / (3 * len(args))
-        row["kernels_per_op"] = sum(map(len, dev.values())) / (3 * len(args))
-    row["status"] = "ok"
-  except Exception as e:  # pylint: disable=broad-except
-    row["status"], row["error"] = "error", f"{type(e).__name__}: {e}"[:2000]
   return row
 
 
@@ -245,10 +224,7 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
     print(f"[{time.perf_counter() - t_start:7.1f}s] {msg}", flush=True)
 
   def write():
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path + ".tmp", "w") as f:
-      json.dump(doc, f, indent=1, default=str)
-    os.replace(out_path + ".tmp", out_path)
+    write_json(doc, out_path, default=str)
 
   doc["dispatch_overhead_us"] = timing.dispatch_overhead_s() * 1e6
   log(f"{doc['machine']['device_kind']}, jax {jax.__version__}; writing {out_path}; dispatch "

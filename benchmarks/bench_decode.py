@@ -46,7 +46,6 @@ import dataclasses
 import datetime
 import functools
 import gc
-import json
 import math
 import os
 import sys
@@ -67,7 +66,8 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
-from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
+from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
+from benchmarks.timing import nbytes  # noqa: E402
 from fp8lab.kernels.gemv import dispatch  # noqa: E402
 
 # Weight path -> fp8lab.quantize format (None: an XLA path).
@@ -145,10 +145,6 @@ def parse_case(s: str) -> tuple[int, int]:
   if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
     raise ValueError(f"case {s!r} is not batch x KV length with positive integers, e.g. 1x4096")
   return int(parts[0]), int(parts[1])
-
-
-def nbytes(tree: Any) -> int:
-  return int(sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(tree)))
 
 
 # --- weights, made on the device -------------------------------------------------------------
@@ -487,10 +483,7 @@ def main(argv: list[str]) -> None:
   def write() -> None:
     add_ratios(doc["rows"])
     doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out + ".tmp", "w") as f:
-      json.dump(doc, f, indent=1)
-    os.replace(out + ".tmp", out)
+    write_json(doc, out)
 
   write()
   for path in _PATHS.value:

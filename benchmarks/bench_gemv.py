@@ -61,7 +61,8 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
-from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
+from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
+from benchmarks.timing import nbytes  # noqa: E402
 from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
 from fp8lab.kernels import gemv as gemv_kernel  # noqa: E402
 
@@ -242,10 +243,6 @@ def make_x_copies(batch: int, k: int, dtype, copies: int, seed: int) -> list[jax
   return xs
 
 
-def nbytes(tree: Any) -> int:
-  return int(sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree_util.tree_leaves(tree)))
-
-
 def weight_breakdown(w: Any) -> dict[str, int]:
   if isinstance(w, jax.Array):
     return {"weights": nbytes(w)}
@@ -280,11 +277,7 @@ class Run:
     add_speedups(self.rows, self.meta.get("copy_bandwidth", {}).get("GBps"))
     doc = dict(self.meta, rows=self.rows, skipped=self.skipped,
                elapsed_s=round(self.elapsed(), 1))
-    os.makedirs(os.path.dirname(os.path.abspath(self.out_path)), exist_ok=True)
-    tmp = self.out_path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump(doc, f, indent=1)
-    os.replace(tmp, self.out_path)
+    write_json(doc, self.out_path)
 
 
 def add_speedups(rows: list[dict[str, Any]], copy_gbps: float | None) -> None:

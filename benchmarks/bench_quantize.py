@@ -50,7 +50,8 @@ import numpy as np  # noqa: E402
 import fp8lab  # noqa: E402
 from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
-from benchmarks.run_info import default_out, git_commit, machine_info  # noqa: E402
+from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
+from benchmarks.timing import nbytes  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,11 +136,6 @@ def parse_size(s: str) -> tuple[int, int]:
   if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
     raise ValueError(f"size {s!r} is not RxC with positive integers, e.g. 16384x16384")
   return int(parts[0]), int(parts[1])
-
-
-def nbytes(tree: Any) -> int:
-  return sum(int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize
-             for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "dtype"))
 
 
 # --- the ops --------------------------------------------------------------------------------
@@ -292,28 +288,11 @@ def _kernel_leaves(out) -> list:
       [state.amax_history, state.scale] if state is not None else [None, None])
 
 
-def time_row(run: dict, op: Callable, args: list, *, reps: int, warmup: int) -> dict[str, Any]:
-  row: dict[str, Any] = {}
-  try:
-    t0 = time.perf_counter()
-    compiled = timing.compile_unrolled(op, args)
-    row["compile_s"] = round(time.perf_counter() - t0, 2)
-    outs = compiled(args)
-    row["first_output"] = outs[0]
-    t = timing.time_compiled(compiled, args, reps=reps, warmup=warmup, copies=len(args))
-    row["timing"], row["time_us"] = t.as_dict(), t.median_us
-    if jax.default_backend() == "gpu":
-      try:
-        dev = timing.device_kernel_times(compiled, args, runs=3)
-      except Exception as e:  # pylint: disable=broad-except
-        dev, row["device_error"] = None, f"{type(e).__name__}: {e}"[:300]
-      if dev:
-        row["device_us_per_op"] = sum(map(sum, dev.values())) / (3 * len(args))
-        row["kernels_per_op"] = sum(map(len, dev.values())) / (3 * len(args))
-    row["status"] = "ok"
-  except Exception as e:  # pylint: disable=broad-except
-    row["status"], row["error"] = "error", f"{type(e).__name__}: {e}"[:2000]
-  del run
+def time_row(op: Callable, args: list, *, reps: int, warmup: int) -> dict[str, Any]:
+  """timing.measure's row, with the first call's first output (first_output: popped by the
+  caller for the byte checks)."""
+  row, outs = timing.measure(op, args, reps=reps, warmup=warmup)
+  row["first_output"] = None if outs is None else outs[0]
   return row
 
 
@@ -340,10 +319,7 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
     print(f"[{time.perf_counter() - t_start:7.1f}s] {msg}", flush=True)
 
   def write():
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path + ".tmp", "w") as f:
-      json.dump(doc, f, indent=1, default=str)
-    os.replace(out_path + ".tmp", out_path)
+    write_json(doc, out_path, default=str)
 
   log(f"{doc['machine']['device_kind']}, jax {jax.__version__}; writing {out_path}")
   dt = jnp.dtype(dtype)
@@ -375,7 +351,7 @@ def run_benchmark(*, sizes, cases, impls, xla_ops, dtype, out_path, reps, warmup
       n = copies if impl != "reference" else min(copies, 2)
       op = xla_op(name) if case is None else fp8lab_op(case, impl, interpret)
       xla_args = [(x, s.amax_history, s.scale) for x, s, _ in args[:n]]
-      row = time_row(doc, op, xla_args if case is None else args[:n], reps=reps, warmup=warmup)
+      row = time_row(op, xla_args if case is None else args[:n], reps=reps, warmup=warmup)
       first = row.pop("first_output", None)
       row.update(op=name, impl=impl, size=size, dtype=dtype, copies=n)
       if row["status"] == "ok":

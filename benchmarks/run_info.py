@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import platform
 import subprocess
@@ -55,3 +56,12 @@ def default_out(bench: str, smoke: bool) -> str:
   stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d_%H%M%S")
   return os.path.join(_REPO, "benchmarks", "results",
                       f"{bench}_{kind}{'_smoke' if smoke else ''}_{stamp}.json")
+
+
+def write_json(doc: Any, path: str, **dump_kwargs) -> None:
+  """doc as indented JSON at path, atomically (a .tmp file renamed over it), so that a run
+  cut short leaves its last complete file."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path + ".tmp", "w") as f:
+    json.dump(doc, f, indent=1, **dump_kwargs)
+  os.replace(path + ".tmp", path)

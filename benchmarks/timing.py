@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["Timing", "choose_copies", "compile_unrolled", "time_compiled",
            "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "device_kernel_times",
-           "METHOD"]
+           "measure", "nbytes", "METHOD"]
 
 METHOD = (
     "per-op time = median over reps of the host time of one compiled call that applies the op "
@@ -170,3 +170,38 @@ def device_kernel_times(compiled, args: Any, *, runs: int = 3) -> dict[str, list
       for ev in line.events:
         out.setdefault(ev.name, []).append(ev.duration_ns / 1e3)
   return out or None
+
+
+def nbytes(tree: Any) -> int:
+  """Bytes of the arrays in a pytree (leaves without a dtype count 0)."""
+  return int(sum(int(np.prod(a.shape)) * jnp.dtype(a.dtype).itemsize
+                 for a in jax.tree_util.tree_leaves(tree) if hasattr(a, "dtype")))
+
+
+def measure(op: Callable[..., Any], args: Sequence[Sequence[Any]], *, reps: int,
+            warmup: int) -> tuple[dict[str, Any], Any]:
+  """One benchmark row of `op` over the copies `args` by the method above: (row, outputs
+  of the first call, or None if it failed). row: compile_s, timing, time_us (per op),
+  on a GPU device_us_per_op / kernels_per_op (the profiler's kernels; device_error if it
+  failed), and status "ok", or "error" with the error's text."""
+  row: dict[str, Any] = {}
+  outs = None
+  try:
+    t0 = time.perf_counter()
+    compiled = compile_unrolled(op, args)
+    row["compile_s"] = round(time.perf_counter() - t0, 2)
+    outs = compiled(args)
+    t = time_compiled(compiled, args, reps=reps, warmup=warmup, copies=len(args))
+    row["timing"], row["time_us"] = t.as_dict(), t.median_us
+    if jax.default_backend() == "gpu":
+      try:
+        dev = device_kernel_times(compiled, args, runs=3)
+      except Exception as e:  # pylint: disable=broad-except
+        dev, row["device_error"] = None, f"{type(e).__name__}: {e}"[:300]
+      if dev:
+        row["device_us_per_op"] = sum(map(sum, dev.values())) / (3 * len(args))
+        row["kernels_per_op"] = sum(map(len, dev.values())) / (3 * len(args))
+    row["status"] = "ok"
+  except Exception as e:  # pylint: disable=broad-except
+    row["status"], row["error"] = "error", f"{type(e).__name__}: {e}"[:2000]
+  return row, outs

@@ -17,7 +17,8 @@ import numpy as np
 from fp8lab.formats import ElementFormat
 from fp8lab.kernels.quantize import f32
 
-__all__ = ["TILE", "BLOCK_LENGTHS", "TRANSPOSE_MAX_BLOCK", "unserved_block", "finite_magnitudes", "block_scale_bits"]
+__all__ = ["TILE", "BLOCK_LENGTHS", "TRANSPOSE_MAX_BLOCK", "unserved_block",
+           "finite_magnitudes", "block_scale_bits"]
 
 _U = np.uint32
 # The 2D tile the kernel serves (DeepSeek-V3's / Float8BlockScaling's weight tiles).
