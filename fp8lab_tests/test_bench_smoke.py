@@ -368,3 +368,24 @@ def test_smoke_bench_quantize(tmp_path):
   assert rows[("pallas", "e4m3_current")]["bytes_needed"] == 2 * x_bytes + n + 4 + 4
   assert rows[("xla", "copy")]["bytes_needed"] == 2 * x_bytes
   assert rows[("pallas", "mxfp4")]["pct_copy"] > 0
+
+
+def test_smoke_bench_attention(tmp_path):
+  """bench_attention.py's main on the CPU (interpret-mode kernel): every row ran with a
+  finite output, and bytes_needed is K and V as stored plus q and the output, computed here
+  from the smoke size's shapes (B 2, S 256, Hq 8, Hkv 2, D 64, bfloat16 q)."""
+  out = tmp_path / "attention.json"
+  _run_script("bench_attention.py", f"--out={out}", "--cases=e4m3_block,nvfp4_paged",
+              "--baselines=copy,xla_bf16")
+  with open(out) as f:
+    doc = json.load(f)
+  rows = {r["op"]: r for r in doc["rows"]}
+  assert set(rows) == {"copy", "xla_bf16", "e4m3_block", "nvfp4_paged"}
+  assert all(r["status"] == "ok" and r["finite"] for r in rows.values()), rows
+  n = 2 * 256 * 2 * 64                                      # K (or V) elements
+  q_and_out = 2 * (2 * 8 * 64 * 2)                          # bfloat16 q and output
+  # e4m3_block with block D: one byte per code, one float32 scale per token and head
+  assert rows["e4m3_block"]["bytes_needed"] == 2 * (n + 4 * n // 64) + q_and_out
+  # nvfp4: half a byte per code, one E4M3 scale byte per 16, a float32 tensor scale
+  assert rows["nvfp4_paged"]["bytes_needed"] == 2 * (n // 2 + n // 16 + 4) + q_and_out
+  assert rows["e4m3_block"]["pct_copy"] > 0
