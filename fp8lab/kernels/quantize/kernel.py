@@ -504,7 +504,7 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
                even=rows % tr == 0 and cols % tc == 0, delayed=delayed)
 
   first = jnp.uint32(0)
-  table = tensor_scale = amax_bits = None
+  table = tensor_scale = None
   given_scale = (None if scale is None
                  else lax.bitcast_convert_type(scale.reshape(()), jnp.uint32))
   if kind == "tensor":
