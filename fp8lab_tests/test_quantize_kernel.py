@@ -13,6 +13,7 @@ FP8LAB_SLOW_TESTS=1 runs them all. FP8LAB_GPU_TESTS=1 runs the same tests compil
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import warnings
@@ -28,6 +29,7 @@ from fp8lab import testing as fpt
 from fp8lab.formats import E2M1, MX_SCALE_MODES, QUANTIZED
 from fp8lab.kernels.quantize import QuantizeConfig, quantize_2d, quantize_config
 from fp8lab.kernels.quantize import configs as QC
+from fp8lab.kernels.quantize import kernel as K
 from fp8lab.numerics import random as fp8_random
 from fp8lab.numerics import scales as sc
 from fp8lab.numerics.codec import encode_bits
@@ -156,6 +158,9 @@ def test_configs_are_powers_of_two_and_cover_the_formats():
     QuantizeConfig(24, 32)
   with pytest.raises(ValueError):
     QuantizeConfig(16, 32, num_warps=0)
+  for bad in (0, 3, True, 2.0):
+    with pytest.raises(ValueError, match="tiles_per_program"):
+      QuantizeConfig(16, 32, tiles_per_program=bad)
   # fitting never goes below the grain nor above the padded problem
   assert QC.fit_config(QuantizeConfig(64, 512), 3, 40, 32, 32) == QuantizeConfig(32, 64)
 
@@ -368,6 +373,58 @@ def test_float_and_integer_products(fmt, block_shape, fp):
   _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True, config=cfg)
 
 
+@pytest.mark.parametrize("fmt,block_shape,shape,tpp", _pick(
+    [("mxfp4", None, SHAPE, 4), ("nvfp4", (16, 16), (64, 96), 2), ("e4m3", None, SHAPE, 8),
+     ("mxfp8", None, (64, 96), 4)], (0, 2)))
+def test_programs_looping_over_tiles(fmt, block_shape, shape, tpp):
+  """QuantizeConfig.tiles_per_program > 1 (a program loops over consecutive tiles, keeping a
+  running amax), both orientations, ragged and exact shapes (12 tiles of 16 x 32 each)."""
+  x = _specials(shape, jnp.bfloat16, seed=9, fmt=fmt)
+  scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
+  _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True,
+         config=QuantizeConfig(16, 32, tiles_per_program=tpp))
+
+
+@pytest.mark.parametrize("fmt,block_shape", _pick(LAYOUTS, (1, 4)))
+def test_transpose_by_columns(fmt, block_shape):
+  """QuantizeConfig.transpose_in_registers=False: x.T's arrays blocked, packed and stored
+  along the tile's columns (the default transposes the tile in registers first)."""
+  x = _specials(SHAPE, jnp.bfloat16, seed=10, fmt=fmt)
+  scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
+  _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True,
+         config=QuantizeConfig(16, 32, transpose_in_registers=False))
+
+
+def test_tiles_per_program_resolution():
+  """None: 1 without delayed scaling, about 1024 programs with it; always a power of two
+  that divides the tile count."""
+  tpp = K._tiles_per_program
+  assert tpp(None, 65536, False) == 1 and tpp(None, 65536, True) == 64
+  assert tpp(None, 256, True) == 1 and tpp(None, 3 * 4096, True) == 8
+  assert tpp(8, 12, False) == 4 and tpp(4, 7, True) == 1 and tpp(16, 64, False) == 16
+
+
+@pytest.mark.parametrize("fmt,tpp,shape", [("e4m3", 4, SHAPE), ("nvfp4", None, (64, 96))])
+def test_delayed_fold_over_looping_programs(fmt, tpp, shape):
+  """The in-launch fold with programs looping over tiles: the same amax, history and next
+  scale as DelayedScaling.update, the codes of quantize with the old scale."""
+  x = _specials(shape, np.float32, seed=12)
+  hist = np.array([3.0, 250.0, 0.0, 7.0, 1e-3], np.float32)
+  scale = np.float32(0.375)
+  got = quantize_2d(x, fmt=fmt, scale=scale, history=hist, interpret=INTERPRET,
+                    config=QuantizeConfig(16, 32, tiles_per_program=tpp))
+  state = dataclasses.replace(sc.DelayedScaling.create(fmt, 5), amax_history=jnp.asarray(hist),
+                              scale=jnp.float32(scale))
+  new = state.update(fp8lab.tensor_amax(x))
+  np.testing.assert_array_equal(_u(got.history), _u(new.amax_history))
+  assert _u(got.next_scale) == _u(new.scale)
+  assert _u(got.amax) == _u(fp8lab.tensor_amax(x))
+  want = fp8lab.quantize_with_amax(x, fmt, scaling=state, implementation="reference").q
+  np.testing.assert_array_equal(np.asarray(got.data), np.asarray(want.data))
+  if want.scales is not None:
+    np.testing.assert_array_equal(np.asarray(got.scales), np.asarray(want.scales))
+
+
 _FP8_CVT = re.compile(r"tt\.fp_to_fp %\w+, rounding = rtne : tensor<[0-9x]+xf32> -> "
                       r"tensor<[0-9x]+xf8E(4M3FN|5M2)>")
 
@@ -382,17 +439,19 @@ def _fp8_lines_are_conversions(ir: str) -> bool:
   return True
 
 
-@pytest.mark.parametrize("fmt,margin,algo", [("e4m3", 0, "max"), ("nvfp4", -1, "max"),
-                                             ("e5m2", 2, "most_recent")])
-def test_delayed_fold_lowers_for_cuda(fmt, margin, algo):
+@pytest.mark.parametrize("fmt,margin,algo,tpp", [("e4m3", 0, "max", 1), ("nvfp4", -1, "max", 4),
+                                                 ("e5m2", 2, "most_recent", 2)])
+def test_delayed_fold_lowers_for_cuda(fmt, margin, algo, tpp):
   """The in-launch delayed-scaling fold lowers to Triton IR for an H200 (the H200 run of
   2026-12-02 failed there: a negated constant margin): an atomic unsigned max for the amax,
-  an atomic add for the done count, no float division."""
+  an atomic add for the done count, no float division; with programs looping over tiles, a
+  loop (scf.for) and still one pair of atomics."""
   f = functools.partial(quantize_2d, fmt=fmt, scale=1.0, margin=margin,
                         history=np.ones(24, np.float32), history_algo=algo,
-                        config=QuantizeConfig(16, 256, 8))
-  ir = triton_irs(f, jax.ShapeDtypeStruct((96, 320), jnp.bfloat16))[-1]
-  assert "tt.atomic_rmw umax" in ir and "tt.atomic_rmw add" in ir
+                        config=QuantizeConfig(16, 256, 8, tiles_per_program=tpp))
+  ir = triton_irs(f, jax.ShapeDtypeStruct((96, 512), jnp.bfloat16))[-1]
+  assert ir.count("tt.atomic_rmw umax") >= 1 and "tt.atomic_rmw add" in ir
+  assert ("scf.for" in ir) == (tpp > 1)
   assert "divf" not in ir
 
 

@@ -34,13 +34,24 @@ class QuantizeConfig:
   twice the integer pipe's rate): e2m1 codes by float32 adds (a + C - C), e4m3 / e5m2 codes
   by the conversion instruction where the GPU has one (sm_89+; integer ops below), both
   exact for every input (encode.e2m1_float_code, encode.fp8_convert_code). Stochastic
-  rounding keeps the integer encoder."""
+  rounding keeps the integer encoder.
+
+  tiles_per_program: how many consecutive tiles one program loops over (a power of two;
+  clamped to one that divides the tile count). None (default): 1, but with delayed scaling
+  enough that about 1024 programs remain, so that the in-launch fold takes ~2048 same-
+  address atomics rather than two per tile.
+
+  transpose_in_registers (transpose=True): True: the tile is transposed in registers
+  (Triton moves it through shared memory) and x.T's orientation is blocked, packed and
+  stored as the rows are; False: blocked, packed and stored along the tile's columns."""
   block_rows: int
   block_cols: int
   num_warps: int = 4
   num_stages: int = 1
   float_products: bool | None = None
   float_encode: bool = True
+  tiles_per_program: int | None = None
+  transpose_in_registers: bool = True
 
   def __post_init__(self):
     for name in ("block_rows", "block_cols", "num_warps", "num_stages"):
@@ -54,7 +65,11 @@ class QuantizeConfig:
     if self.float_products is not None and not isinstance(self.float_products, bool):
       raise ValueError(f"QuantizeConfig.float_products must be None or a bool, got "
                        f"{self.float_products!r}")
-    for name in ("float_encode",):
+    t = self.tiles_per_program
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1 or t & (t - 1)):
+      raise ValueError(f"QuantizeConfig.tiles_per_program must be None or a power of two, "
+                       f"got {t!r}")
+    for name in ("float_encode", "transpose_in_registers"):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"QuantizeConfig.{name} must be a bool, got "
                          f"{getattr(self, name)!r}")

@@ -94,6 +94,8 @@ class _Spec(NamedTuple):
   # delayed scaling folded into the launch: (history length n, margin, algo, numerator
   # bits), or None
   delayed: tuple[int, int, str, int] | None = None
+  tpp: int = 1              # consecutive tiles per program (QuantizeConfig.tiles_per_program)
+  transpose_regs: bool = True  # QuantizeConfig.transpose_in_registers
 
 
 def _elem(spec: _Spec) -> ElementFormat:
@@ -278,7 +280,8 @@ def _fold_delayed(sync_ref, amax_ref, hist_ref, new_hist_ref, new_scale_ref, sca
 
 
 def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
-  """One tile; see the module docstring. refs: x, the _Scalars (first; key with stochastic
+  """One program: QuantizeConfig.tiles_per_program consecutive tiles (see the module
+  docstring). refs: x, the _Scalars (first; key with stochastic
   rounding; given with delayed nvfp4), enc_b table (nvfp4), Hadamard signs, the history and
   the zeroed (amax, count) pair (delayed), then the outputs data, scales, amax (partials;
   delayed: one word), data_t, scales_t, tensor scale (per-tensor formats), the pair, the
@@ -309,61 +312,108 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
   s_dtype = _scale_dtype(spec.kind)
 
   pid = pl.program_id(0)
-  rb, cb = pid // spec.n_cb, pid % spec.n_cb
-  rows = rb * tr + lax.iota(jnp.int32, tr)
-  cols = cb * tc + lax.iota(jnp.int32, tc)
-  ev = spec.even
-  x, ok = _load_tile(x_ref, rows, cols, R, C, ev)
-  bits = enc.to_f32_bits(x)
-  mag = bits & enc.MAG
-  tile_amax = _finite_max(mag)                      # the amax of x as given
-  if not spec.delayed:
-    amax_ref[pl.ds(pid, 1)] = tile_amax
   if ts_ref is not None:
     @pl.when(pid == 0)
     def _tensor_scale():                    # 1 / scale, stored once (integer division)
       ts_ref[0] = f32.reciprocal_bits(scal_ref.first[0])
-  if spec.hadamard:
-    # The rows' blocks rotated first, as the golden model does (C is a multiple of the
-    # block and tiles are block-aligned: masked columns are whole blocks of zeros).
-    signs = plgpu.load(signs_ref.at[lax.iota(jnp.int32, spec.hadamard)])
-    bits = rotate.rotate_bits(bits, spec.hadamard, signs=signs,
-                              float_ops=spec.float_products)
-    mag = bits & enc.MAG
 
-  rbits = None
-  if spec.stochastic:                      # element (r, c) of x draws index r * C + c
-    rbits = _random_bits(scal_ref, enc.u32(rows[:, None] * C + cols[None, :]))
-  codes, sc = _encode_tile(bits, mag, 1, spec, scal_ref, tab_ref, rbits)
-  if not ev:
-    codes = jnp.where(ok, codes, _U(0))
-  wcols = cb * (tc // pw) + lax.iota(jnp.int32, tc // pw)
-  _store(data_ref, enc.pack(codes, 1, elem), rows, wcols, R, -(-C // pw), jnp.uint32, ev)
-  tiles2d = len(spec.block) == 2
-  if has_scales:
-    if tiles2d:
-      br, bc = spec.block
-      srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
-      scols = cb * (tc // bc) + lax.iota(jnp.int32, tc // bc)
-      _store(scales_ref, sc, srows, scols, -(-R // br), -(-C // bc), s_dtype, ev)
-    else:
-      (b,) = spec.block
-      scols = cb * (tc // b) + lax.iota(jnp.int32, tc // b)
-      _store(scales_ref, sc, rows, scols, R, -(-C // b), s_dtype, ev)
-  if spec.transpose:
-    _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
-                data_t_ref, scales_t_ref, has_scales)
-  if spec.delayed:
+  def tile(t):
+    """Tile t: its codes and scales stored, its finite amax (1,) returned."""
+    rb, cb = t // spec.n_cb, t % spec.n_cb
+    rows = rb * tr + lax.iota(jnp.int32, tr)
+    cols = cb * tc + lax.iota(jnp.int32, tc)
+    ev = spec.even
+    x, ok = _load_tile(x_ref, rows, cols, R, C, ev)
+    bits = enc.to_f32_bits(x)
+    mag = bits & enc.MAG
+    tile_amax = _finite_max(mag)                    # the amax of x as given
+    if spec.hadamard:
+      # The rows' blocks rotated first, as the golden model does (C is a multiple of the
+      # block and tiles are block-aligned: masked columns are whole blocks of zeros).
+      signs = plgpu.load(signs_ref.at[lax.iota(jnp.int32, spec.hadamard)])
+      bits = rotate.rotate_bits(bits, spec.hadamard, signs=signs,
+                                float_ops=spec.float_products)
+      mag = bits & enc.MAG
+
+    rbits = None
+    if spec.stochastic:                    # element (r, c) of x draws index r * C + c
+      rbits = _random_bits(scal_ref, enc.u32(rows[:, None] * C + cols[None, :]))
+    codes, sc = _encode_tile(bits, mag, 1, spec, scal_ref, tab_ref, rbits)
+    if not ev:
+      codes = jnp.where(ok, codes, _U(0))
+    wcols = cb * (tc // pw) + lax.iota(jnp.int32, tc // pw)
+    _store(data_ref, enc.pack(codes, 1, elem), rows, wcols, R, -(-C // pw), jnp.uint32, ev)
+    if has_scales:
+      _store_scales(scales_ref, sc, rows, cols, rb, cb, spec, s_dtype)
+    if spec.transpose:
+      transposed = _transposed if spec.transpose_regs else _transposed_by_columns
+      transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
+                 data_t_ref, scales_t_ref, has_scales)
+    return tile_amax
+
+  if spec.tpp == 1:
+    prog_amax = tile(pid)
+  else:                                     # consecutive tiles, a running max
+    prog_amax = lax.fori_loop(
+        0, spec.tpp, lambda i, m: jnp.maximum(m, tile(pid * spec.tpp + i)),
+        jnp.zeros((1,), jnp.uint32))
+  if not spec.delayed:
+    amax_ref[pl.ds(pid, 1)] = prog_amax
+  else:
     # last: with the atomics before the stores the launch took 349.7 us at bf16 16384^2
     # on the H200, after them 287.5 us (2026-12-02; likely each program waiting on the done
     # count's round trip before its own work)
     _fold_delayed(sync_ref, amax_ref, hist_ref, new_hist_ref, new_scale_ref, scal_ref,
-                  tile_amax, n_prog, spec)
+                  prog_amax, n_prog, spec)
+
+
+def _store_scales(ref, sc, rows, cols, rb, cb, spec: _Spec, s_dtype):
+  """A tile's block scales (x's orientation) into quantize(x)'s scales array."""
+  R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
+  if len(spec.block) == 2:
+    br, bc = spec.block
+    srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
+    scols = cb * (tc // bc) + lax.iota(jnp.int32, tc // bc)
+    _store(ref, sc, srows, scols, -(-R // br), -(-C // bc), s_dtype, spec.even)
+  else:
+    (b,) = spec.block
+    scols = cb * (tc // b) + lax.iota(jnp.int32, tc // b)
+    _store(ref, sc, rows, scols, R, -(-C // b), s_dtype, spec.even)
 
 
 def _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec, scal_ref, tab_ref,
                 data_t_ref, scales_t_ref, has_scales: bool):
-  """quantize(x.T)'s part of the tile (see _quantize_kernel)."""
+  """quantize(x.T)'s part of the tile, in x.T's orientation: the tile transposed in
+  registers, then blocked along its rows, packed and stored as quantize(x)'s rows are
+  (QuantizeConfig.transpose_in_registers)."""
+  elem = _elem(spec)
+  pw = elem.per_word
+  R, C, tr = spec.rows, spec.cols, spec.tr
+  ev = spec.even
+  tiles2d = len(spec.block) == 2
+  # x.T's tile: rows `cols`, columns `rows`; its element (c, r) has flat index c * R + r
+  if tiles2d and not spec.stochastic:
+    codes_t, sc_t = codes.T, sc.T           # x.T's tile (j, i) is x's (i, j) transposed
+  elif spec.kind == "tensor" and not spec.stochastic:
+    codes_t, sc_t = codes.T, None
+  else:
+    rbits = None
+    if spec.stochastic:
+      rbits = _random_bits(scal_ref, enc.u32(cols[:, None] * R + rows[None, :]))
+    codes_t, sc_t = _encode_tile(bits.T, mag.T, 1, spec, scal_ref, tab_ref, rbits)
+    if not ev:
+      codes_t = jnp.where(ok.T, codes_t, _U(0))
+  wcols = rb * (tr // pw) + lax.iota(jnp.int32, tr // pw)
+  _store(data_t_ref, enc.pack(codes_t, 1, elem), cols, wcols, C, -(-R // pw), jnp.uint32, ev)
+  if has_scales:
+    t_spec = spec._replace(rows=C, cols=R, tr=spec.tc, tc=tr, block=spec.block[::-1])
+    _store_scales(scales_t_ref, sc_t, cols, rows, cb, rb, t_spec, _scale_dtype(spec.kind))
+
+
+def _transposed_by_columns(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec,
+                           scal_ref, tab_ref, data_t_ref, scales_t_ref, has_scales: bool):
+  """quantize(x.T)'s part of the tile, blocked, packed and stored along the tile's columns
+  (QuantizeConfig.transpose_in_registers=False)."""
   elem = _elem(spec)
   pw = elem.per_word
   R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
@@ -472,6 +522,21 @@ def _nvfp4_scalars(amax_bits, s_enc_bits=None):
   return f32.mul_bits(s_enc, inv6), s_dec, table
 
 
+# Programs that the delayed fold should leave (tiles_per_program=None): each program's two
+# same-address atomics cost ~23 us over 65536 programs at bf16 16384^2 on the H200.
+_FOLD_PROGRAMS = 1024
+
+
+def _tiles_per_program(asked: int | None, n_tiles: int, delayed: bool) -> int:
+  """QuantizeConfig.tiles_per_program resolved: the largest power of two <= the asked one
+  (None: 1, delayed: n_tiles / _FOLD_PROGRAMS) that divides n_tiles."""
+  want = asked if asked is not None else (max(1, n_tiles // _FOLD_PROGRAMS) if delayed else 1)
+  t = 1
+  while t * 2 <= want and n_tiles % (t * 2) == 0:
+    t *= 2
+  return t
+
+
 @functools.partial(jax.jit, static_argnames=("fmt", "scale_mode", "block_shape", "transpose",
                                              "sr_bits", "interpret", "config", "stochastic",
                                              "margin", "hadamard", "history_algo"))
@@ -487,7 +552,7 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   cfg = _tiles(qf, block, transpose, rows, cols, config, hadamard)
   tr, tc = cfg.block_rows, cfg.block_cols
   n_cb = pl.cdiv(cols, tc)
-  n_prog = pl.cdiv(rows, tr) * n_cb
+  n_tiles = pl.cdiv(rows, tr) * n_cb
   float_encode = cfg.float_encode
   # fp8 conversion instructions: sm_89+; interpret mode and lowering from a host without a
   # CUDA GPU take the H200's (device.py's rule), so they see the GPU's code
@@ -498,10 +563,13 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
                  else scalars.format_max_bits(elem))
     delayed = (history.shape[0], margin, history_algo, int(numerator))
   float_products = (not interpret) if cfg.float_products is None else cfg.float_products
+  tpp = _tiles_per_program(cfg.tiles_per_program, n_tiles, delayed is not None)
+  n_prog = n_tiles // tpp
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
                stochastic, sr_bits, float_products, hadamard, float_encode=float_encode,
                fp8_cvt=float_encode and (cc is None or cc >= 8.9),
-               even=rows % tr == 0 and cols % tc == 0, delayed=delayed)
+               even=rows % tr == 0 and cols % tc == 0, delayed=delayed, tpp=tpp,
+               transpose_regs=cfg.transpose_in_registers)
 
   first = jnp.uint32(0)
   table = tensor_scale = None
