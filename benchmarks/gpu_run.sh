@@ -5,8 +5,8 @@
 #      golden model (with GPU_RUN_BENCH=quantize: the quantize kernel, its op and its
 #      in-kernel scalars); GPU_RUN_TEST_SHARDS parallel pytest processes, default 3; log in
 #      $OUT/test_<bench>_gpu.log;
-#   2. the benchmark (GPU_RUN_BENCH: "gemv", the default, or "quantize"), JSON in
-#      $OUT/<bench>_h200_<date>.json, log in $OUT/bench_<bench>.log;
+#   2. the benchmark (GPU_RUN_BENCH: "gemv", the default, "quantize", "attention" or
+#      "decode"), JSON in $OUT/<bench>_h200_<date>.json, log in $OUT/bench_<bench>.log;
 #   3. a short table last (gemv: 16384x16384, batches 1 and 16; quantize: every row).
 # It ends within GPU_RUN_LIMIT_S (default 560 s; a device call may run 600 s): the tests get at
 # most GPU_RUN_TEST_TIMEOUT_S, the benchmark gets what is left, stops starting new work when its
@@ -16,7 +16,10 @@
 # Knobs (environment):
 #   GPU_RUN_TESTS=0            skip step 1
 #   GPU_RUN_BENCH=quantize     benchmarks/bench_quantize.py instead of bench_gemv.py (its
-#                              default grid; GPU_RUN_PLAN does not apply)
+#                              default grid; GPU_RUN_PLAN does not apply); likewise
+#                              attention (bench_attention.py, tests: test_attention.py) and
+#                              decode (bench_decode.py; no test files of its own: set
+#                              GPU_RUN_TESTS=0 or GPU_RUN_TEST_FILES)
 #   GPU_RUN_TEST_FILES="..."   the test files of step 1 (default above)
 #   PYTEST_ARGS="-k e4m3"      extra pytest arguments
 #   GPU_RUN_PLAN="..."         the benchmark's --plan (grids in priority order; default below)
@@ -39,7 +42,8 @@ TEST_TIMEOUT_S=${GPU_RUN_TEST_TIMEOUT_S:-240}
 TAG=${GPU_RUN_TAG:-h200}
 DATE=$(date -u +%Y%m%d_%H%M%S)
 BENCH=${GPU_RUN_BENCH:-gemv}
-case "$BENCH" in gemv|quantize) ;; *) echo "GPU_RUN_BENCH must be gemv or quantize" >&2; exit 2 ;; esac
+case "$BENCH" in gemv|quantize|attention|decode) ;;
+  *) echo "GPU_RUN_BENCH must be gemv, quantize, attention or decode" >&2; exit 2 ;; esac
 JSON="$OUT/${BENCH}_${TAG}_${DATE}.json"
 # Priority order: the headline shape first (batches 1 and 16: the targets), then the LLM
 # shapes, then the other batches, then the square shapes; what the budget cuts comes last.
@@ -64,6 +68,10 @@ if [ "${GPU_RUN_TESTS:-1}" != 0 ]; then
     default_files="fp8lab_tests/test_quantize_kernel.py fp8lab_tests/test_quantize_op.py \
       fp8lab_tests/test_quantize_scalars.py fp8lab_tests/test_quantize_kernel_blockwise.py \
       fp8lab_tests/test_quantize_encoders.py"
+  elif [ "$BENCH" = attention ]; then
+    default_files="fp8lab_tests/test_attention.py"
+  elif [ "$BENCH" = decode ]; then
+    default_files="fp8lab_tests/test_bench_decode_smoke.py"
   fi
   test_files=${GPU_RUN_TEST_FILES:-$default_files}
   # shellcheck disable=SC2086  # word lists on purpose
@@ -105,16 +113,18 @@ if [ "$BENCH" = gemv ]; then
     --reps=30 --max_copies=64 --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 \
     | tee "$OUT/bench_gemv.log"
 else
-  timeout -k 10 "$((left - 10))" "$PY" benchmarks/bench_quantize.py --out="$JSON" \
-    --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 | tee "$OUT/bench_quantize.log"
+  timeout -k 10 "$((left - 10))" "$PY" "benchmarks/bench_$BENCH.py" --out="$JSON" \
+    --time_budget_s="$budget" ${BENCH_FLAGS:-} 2>&1 | tee "$OUT/bench_$BENCH.log"
 fi
 bench_rc=$?
 
 echo
 echo "gpu_run: [${SECONDS}s] tests rc=$test_rc, benchmark rc=$bench_rc (124: cut at the hard stop; 1: an op failed or disagreed, see the log)"
-if [ -f "$JSON" ] && [ "$BENCH" = quantize ]; then
-  "$PY" benchmarks/bench_quantize.py --summarize="$JSON" 2>&1 | grep -v '^[IW][0-9]' \
+if [ -f "$JSON" ] && { [ "$BENCH" = quantize ] || [ "$BENCH" = attention ]; }; then
+  "$PY" "benchmarks/bench_$BENCH.py" --summarize="$JSON" 2>&1 | grep -v '^[IW][0-9]' \
     | tee "$OUT/summary.txt"
+elif [ -f "$JSON" ] && [ "$BENCH" = decode ]; then
+  echo "gpu_run: decode rows in $JSON (the benchmark printed its table above)"
 elif [ -f "$JSON" ]; then
   summary_sizes=16384x16384
   if [ "${FP8LAB_BENCH_SMOKE:-0}" = 1 ]; then summary_sizes=""; fi
