@@ -194,9 +194,10 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   with open(f.table) as fh:
     text = fh.read()
-  paths = list(f.results)
+  paths = [os.path.abspath(p) for p in f.results]   # one spelling: a file counts once
   if f.from_sources:
-    paths += [p for p in source_paths(text, f.results_dir) if p not in paths]
+    paths += [p for p in map(os.path.abspath, source_paths(text, f.results_dir))
+              if p not in paths]
   with cli.usage_errors():
     if not paths:
       raise ValueError("no results: pass --results=FILE.json,... or --from_sources")

@@ -61,10 +61,14 @@ def test_seeded_table_picks_what_the_h200_runs_measured():
   # Batch buckets: the smallest measured batch >= the call's (2 -> 4, pallas there).
   assert dispatch.lookup(H200, "bf16", 16384, 16384, 2).pallas_us == 129.4
   assert dispatch.choose(H200, "bf16", 16384, 16384, 2) == "pallas"
-  # 14336 x 4096 batch 64 from gemv_h200_20261130_233426: nvfp4 pallas 63.2 us (no xla row).
+  # 14336 x 4096 batch 64, gemv_h200_dispatch_a_20261202_043919.json: nvfp4 pallas 63.1 us,
+  # xla 288.4 (the newer run replaced gemv_h200_20261130_233426's 63.2, which had no xla row).
   e = dispatch.lookup(H200, "nvfp4", 14336, 4096, 64)
-  assert (e.impl, e.pallas_us, e.xla_us, e.source) == ("pallas", 63.2, None,
-                                                       "gemv_h200_20261130_233426")
+  assert (e.impl, e.pallas_us, e.xla_us, e.source) == ("pallas", 63.1, 288.4,
+                                                       "gemv_h200_dispatch_a_20261202_043919")
+  # The same run, 6144 x 4096 batch 1 (bucket 8192 x 4096): e4m3 xla 11.3 < pallas 12.9 us.
+  assert dispatch.choose(H200, "e4m3", 6144, 4096, 1) == "xla"
+  assert dispatch.choose(H200, "e4m3", 6144, 4096, 4) == "pallas"
 
 
 def test_lookup_falls_back_to_the_kernel():
