@@ -98,21 +98,17 @@ XLA_OPS = ("copy", "xla_given", "xla_current", "xla_delayed", "jax_nn_mxfp8")
 #   pallas_int     float_products and float_encode off: every step integer ops (the kernel
 #                  of 2026-12-01);
 #   pallas_tpp1    tiles_per_program=1: one tile per program (delayed scaling's default
-#                  loops programs over tiles so that the fold takes ~2048 atomics);
-#   pallas_tcols   transpose_in_registers=False: x.T's orientation blocked, packed and
-#                  stored along the tile's columns (the default transposes the tile first).
+#                  loops programs over tiles so that the fold takes ~2048 atomics).
 # "pallas@RxCxW" (--tiles) is the pallas row with block_rows R, block_cols C, num_warps W.
 VARIANTS: dict[str, dict[str, Any]] = {
     "pallas_intmul": dict(float_products=False),
     "pallas_int": dict(float_products=False, float_encode=False),
     "pallas_tpp1": dict(tiles_per_program=1),
-    "pallas_tcols": dict(transpose_in_registers=False),
 }
-IMPLS = ("pallas", "pallas_tpp1", "pallas_tcols", "pallas_intmul", "pallas_int", "reference")
+IMPLS = ("pallas", "pallas_tpp1", "pallas_intmul", "pallas_int", "reference")
 VARIANT_CASES = {"pallas_intmul": ("e4m3_delayed", "nvfp4_delayed", "mxfp8", "mxfp4"),
                  "pallas_int": ("e4m3_delayed", "mxfp8", "mxfp4", "nvfp4_delayed"),
-                 "pallas_tpp1": ("e4m3_delayed", "nvfp4_delayed", "e4m3_delayed_t"),
-                 "pallas_tcols": ("e4m3_delayed_t", "mxfp8_t", "mxfp4_t", "nvfp4_t")}
+                 "pallas_tpp1": ("e4m3_delayed", "nvfp4_delayed", "e4m3_delayed_t")}
 TILE_CASES = ("e4m3_given", "e4m3_delayed", "mxfp8", "mxfp4", "nvfp4_delayed")
 # Priority order: the targets' size, then the fixed-cost sizes.
 GPU_SIZES = ("16384x16384", "1024x1024", "4096x4096")

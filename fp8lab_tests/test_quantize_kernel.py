@@ -385,16 +385,6 @@ def test_programs_looping_over_tiles(fmt, block_shape, shape, tpp):
          config=QuantizeConfig(16, 32, tiles_per_program=tpp))
 
 
-@pytest.mark.parametrize("fmt,block_shape", _pick(LAYOUTS, (1, 4)))
-def test_transpose_by_columns(fmt, block_shape):
-  """QuantizeConfig.transpose_in_registers=False: x.T's arrays blocked, packed and stored
-  along the tile's columns (the default transposes the tile in registers first)."""
-  x = _specials(SHAPE, jnp.bfloat16, seed=10, fmt=fmt)
-  scale = jnp.float32(0.75) if fmt in PER_TENSOR else None
-  _check(x, fmt, block_shape=block_shape, scale=scale, transpose=True,
-         config=QuantizeConfig(16, 32, transpose_in_registers=False))
-
-
 def test_tiles_per_program_resolution():
   """None: 1 without delayed scaling, about 1024 programs with it; always a power of two
   that divides the tile count."""

@@ -1,10 +1,10 @@
 """Launch configurations of the quantize kernel: QuantizeConfig, the table (data), the fitting.
 
-The table's numbers are first guesses for a bf16 16384 x 16384 input on the H100 / H200, not
-measured yet: 4096 elements per program and 8 warps, 16 elements per thread, so that the
-integer encoder's temporaries (and nvfp4's integer float32 products) stay in registers while
-each row segment still loads whole 128-byte lines (256 bf16 columns: 512 bytes) and stores
-whole lines of words (256 codes of 4 bits: 128 bytes).
+The table: 16 x 256 tiles and 8 warps (4096 elements per program, 16 per thread: each row
+segment loads whole 128-byte lines and stores whole lines of words), except mxfp8 /
+mxfp8_e5m2 at 32 x 256 x 8, measured faster for mxfp8 on the H200 at bf16 16384^2 (257.1
+against 275.4 us, 2026-12-02), where the same tile was slower for e4m3, mxfp4 and nvfp4.
+Measurements: docs/quantize_kernel.md section 3.
 """
 
 from __future__ import annotations
@@ -39,11 +39,7 @@ class QuantizeConfig:
   tiles_per_program: how many consecutive tiles one program loops over (a power of two;
   clamped to one that divides the tile count). None (default): 1, but with delayed scaling
   enough that about 1024 programs remain, so that the in-launch fold takes ~2048 same-
-  address atomics rather than two per tile.
-
-  transpose_in_registers (transpose=True): True: the tile is transposed in registers
-  (Triton moves it through shared memory) and x.T's orientation is blocked, packed and
-  stored as the rows are; False: blocked, packed and stored along the tile's columns."""
+  address atomics rather than two per tile."""
   block_rows: int
   block_cols: int
   num_warps: int = 4
@@ -51,7 +47,6 @@ class QuantizeConfig:
   float_products: bool | None = None
   float_encode: bool = True
   tiles_per_program: int | None = None
-  transpose_in_registers: bool = True
 
   def __post_init__(self):
     for name in ("block_rows", "block_cols", "num_warps", "num_stages"):
@@ -69,7 +64,7 @@ class QuantizeConfig:
     if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1 or t & (t - 1)):
       raise ValueError(f"QuantizeConfig.tiles_per_program must be None or a power of two, "
                        f"got {t!r}")
-    for name in ("float_encode", "transpose_in_registers"):
+    for name in ("float_encode",):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"QuantizeConfig.{name} must be a bool, got "
                          f"{getattr(self, name)!r}")
@@ -77,9 +72,9 @@ class QuantizeConfig:
 
 # format -> tile; rows-only outputs read wide row strips (contiguous stores of words).
 DEFAULT_CONFIGS: dict[str, QuantizeConfig] = {
-    name: QuantizeConfig(16, 256, 8)
-    for name in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "e4m3_block",
-                 "e5m2_block")
+    **{name: QuantizeConfig(16, 256, 8)
+       for name in ("e4m3", "e5m2", "mxfp4", "nvfp4", "e4m3_block", "e5m2_block")},
+    **{name: QuantizeConfig(32, 256, 8) for name in ("mxfp8", "mxfp8_e5m2")},
 }
 # With transpose=True both orientations are written: squarer tiles (32 rows: whole MX
 # blocks along x's first axis). fit_config raises the rows to the block where one is longer:

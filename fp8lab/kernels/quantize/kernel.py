@@ -95,7 +95,6 @@ class _Spec(NamedTuple):
   # bits), or None
   delayed: tuple[int, int, str, int] | None = None
   tpp: int = 1              # consecutive tiles per program (QuantizeConfig.tiles_per_program)
-  transpose_regs: bool = True  # QuantizeConfig.transpose_in_registers
 
 
 def _elem(spec: _Spec) -> ElementFormat:
@@ -346,9 +345,8 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
     if has_scales:
       _store_scales(scales_ref, sc, rows, cols, rb, cb, spec, s_dtype)
     if spec.transpose:
-      transposed = _transposed if spec.transpose_regs else _transposed_by_columns
-      transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
-                 data_t_ref, scales_t_ref, has_scales)
+      _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
+                  data_t_ref, scales_t_ref, has_scales)
     return tile_amax
 
   if spec.tpp == 1:
@@ -383,37 +381,9 @@ def _store_scales(ref, sc, rows, cols, rb, cb, spec: _Spec, s_dtype):
 
 def _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec, scal_ref, tab_ref,
                 data_t_ref, scales_t_ref, has_scales: bool):
-  """quantize(x.T)'s part of the tile, in x.T's orientation: the tile transposed in
-  registers, then blocked along its rows, packed and stored as quantize(x)'s rows are
-  (QuantizeConfig.transpose_in_registers)."""
-  elem = _elem(spec)
-  pw = elem.per_word
-  R, C, tr = spec.rows, spec.cols, spec.tr
-  ev = spec.even
-  tiles2d = len(spec.block) == 2
-  # x.T's tile: rows `cols`, columns `rows`; its element (c, r) has flat index c * R + r
-  if tiles2d and not spec.stochastic:
-    codes_t, sc_t = codes.T, sc.T           # x.T's tile (j, i) is x's (i, j) transposed
-  elif spec.kind == "tensor" and not spec.stochastic:
-    codes_t, sc_t = codes.T, None
-  else:
-    rbits = None
-    if spec.stochastic:
-      rbits = _random_bits(scal_ref, enc.u32(cols[:, None] * R + rows[None, :]))
-    codes_t, sc_t = _encode_tile(bits.T, mag.T, 1, spec, scal_ref, tab_ref, rbits)
-    if not ev:
-      codes_t = jnp.where(ok.T, codes_t, _U(0))
-  wcols = rb * (tr // pw) + lax.iota(jnp.int32, tr // pw)
-  _store(data_t_ref, enc.pack(codes_t, 1, elem), cols, wcols, C, -(-R // pw), jnp.uint32, ev)
-  if has_scales:
-    t_spec = spec._replace(rows=C, cols=R, tr=spec.tc, tc=tr, block=spec.block[::-1])
-    _store_scales(scales_t_ref, sc_t, cols, rows, cb, rb, t_spec, _scale_dtype(spec.kind))
-
-
-def _transposed_by_columns(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec,
-                           scal_ref, tab_ref, data_t_ref, scales_t_ref, has_scales: bool):
-  """quantize(x.T)'s part of the tile, blocked, packed and stored along the tile's columns
-  (QuantizeConfig.transpose_in_registers=False)."""
+  """quantize(x.T)'s part of the tile, blocked, packed and stored along the tile's columns.
+  (Transposing the tile in registers first and encoding it as rows are measured no faster
+  on the H200: docs/quantize_kernel.md section 3.)"""
   elem = _elem(spec)
   pw = elem.per_word
   R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
@@ -568,8 +538,7 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
                stochastic, sr_bits, float_products, hadamard, float_encode=float_encode,
                fp8_cvt=float_encode and (cc is None or cc >= 8.9),
-               even=rows % tr == 0 and cols % tc == 0, delayed=delayed, tpp=tpp,
-               transpose_regs=cfg.transpose_in_registers)
+               even=rows % tr == 0 and cols % tc == 0, delayed=delayed, tpp=tpp)
 
   first = jnp.uint32(0)
   table = tensor_scale = None
