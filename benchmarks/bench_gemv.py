@@ -10,6 +10,10 @@ Times, side by side in one run, y = x @ dequantize(w).T for weights of shape (n_
   xla_packed fp8lab.gemv_packed(w, x, implementation="xla"): jnp over the same packed words,
              bitcast to XLA's float8 / float4 dtypes (skipped from the default --ops where
              this fp8lab has no "xla" implementation);
+  xla_parts  fp8lab.gemv_packed(w, x, implementation="xla_parts"): the same words dequantized
+             exactly to bfloat16 in XLA's fusion, x as exact bfloat16 parts, one bfloat16
+             dot (for the formats whose values are bfloat16 numbers; not in the default
+             --ops);
   xla_f32    XLA's GEMV over float32 weights (float32 x);
   xla_bf16   XLA's GEMV over bfloat16 weights (bfloat16 x);
   xla_e4m3   XLA's GEMV over float8_e4m3fn weights upcast to bfloat16 inside the fusion,
@@ -65,13 +69,14 @@ from benchmarks.run_info import default_out, git_commit, machine_info, write_jso
 from benchmarks.timing import nbytes  # noqa: E402
 from fp8lab.formats import LAYOUTS, QUANTIZED  # noqa: E402
 from fp8lab.kernels import gemv as gemv_kernel  # noqa: E402
+from fp8lab.ops.gemv import PARTS_FORMATS  # noqa: E402
 
-ALL_OPS = ("pallas", "pallas_int", "reference", "xla_packed", "xla_f32", "xla_bf16",
-           "xla_e4m3")
+ALL_OPS = ("pallas", "pallas_int", "reference", "xla_packed", "xla_parts", "xla_f32",
+           "xla_bf16", "xla_e4m3")
 DEFAULT_OPS = ("pallas", "reference", "xla_packed", "xla_f32", "xla_bf16", "xla_e4m3")
-FP8LAB_OPS = ("pallas", "pallas_int", "reference", "xla_packed")
+FP8LAB_OPS = ("pallas", "pallas_int", "reference", "xla_packed", "xla_parts")
 # Ops whose output is compared with the reference op's (max_rel_diff_vs_reference, agrees).
-CHECKED_OPS = ("pallas", "pallas_int", "xla_packed")
+CHECKED_OPS = ("pallas", "pallas_int", "xla_packed", "xla_parts")
 XLA_OPS = ("xla_f32", "xla_bf16", "xla_e4m3")
 
 # Benchmark-only variants that are not registry layouts: name -> (quantized format, extra
@@ -110,7 +115,7 @@ LLAMA_SIZES = ("16384x16384", "4096x14336", "14336x4096", "6144x4096", "28672x40
 # (pallas and the xla path over the same words) and XLA's float8-weight GEMV beside them.
 NAMED_PLANS = {
     "dispatch": (f"sizes={','.join(LLAMA_SIZES)} batches=1,4,16,64 "
-                 "ops=pallas,xla_packed,xla_e4m3"),
+                 "ops=pallas,xla_packed,xla_parts,xla_e4m3"),
 }
 GPU_BATCHES = (1, 16, 4, 64)
 SMOKE_BATCHES = (1, 4)
@@ -213,6 +218,8 @@ def make_op(op: str, interpret: bool) -> Callable[[Any, jax.Array], jax.Array]:
                              fp8_decode="integer")
   if op == "reference":
     return functools.partial(_gemv_packed, implementation="reference", interpret=False)
+  if op == "xla_parts":
+    return functools.partial(_gemv_packed, implementation="xla_parts", interpret=False)
   if op == "xla_packed":
     # Plain jnp (XLA) over the packed words: no kernel, so no interpret mode.
     return functools.partial(_gemv_packed, implementation="xla", interpret=False)
@@ -508,7 +515,8 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
     fmt = None if what in XLA_OPS else what[4:]
     unit_ops = [what] if fmt is None else [
         op for op in FP8LAB_OPS
-        if op in grid.ops and (op != "pallas_int" or fmt in INT_DECODE_FORMATS)]
+        if op in grid.ops and (op != "pallas_int" or fmt in INT_DECODE_FORMATS)
+        and (op != "xla_parts" or FORMATS[fmt][0] in PARTS_FORMATS)]
     if fmt is None:
       wdt, xdt = XLA_BASELINES[what]
       label, dtype_name = jnp.dtype(wdt).name, jnp.dtype(wdt).name

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import fp8lab
 from fp8lab.formats import LAYOUTS
 from fp8lab.ops import _op
-from fp8lab.ops.gemv import _xla_weight
+from fp8lab.ops.gemv import PARTS_FORMATS, _bf16_parts, _bf16_weight, _xla_weight
 from fp8lab.quantized import QuantizedArray
 from fp8lab.testing import quantized as fqt
 
@@ -202,3 +202,114 @@ def test_gemv_vmap_over_x_and_w_pallas_interpret():
   want2 = np.stack([np.asarray(fp8lab.gemv_packed(ws[i], xs[i], implementation="reference"))
                     for i in range(2)])
   np.testing.assert_array_equal(np.asarray(y2), want2)
+
+
+# ----------------------------------------------------------------------------------------
+# gemv_packed's "xla_parts" implementation: exact bfloat16 weights and x parts.
+
+_PARTS_LAYOUTS = sorted(n for n, (f, _) in LAYOUTS.items() if f in PARTS_FORMATS)
+
+
+@pytest.mark.parametrize("layout", _PARTS_LAYOUTS)
+def test_parts_weights_are_exact_bfloat16_values(layout):
+  """_bf16_weight's values times its factor are the dequantized weights: the values equal the
+  element times its block scale computed in float64 (so they are bfloat16 numbers, exactly),
+  over raw codes and scales; the factor is the tensor scale (nvfp4: S_dec)."""
+  fmt, block_shape = LAYOUTS[layout]
+  k = 48 if block_shape is None or len(block_shape) == 1 else 40
+
+  @settings(max_examples=10)
+  @given(q=fqt.quantized_arrays(fmt, (24, k), 1, block_shape=block_shape))
+  def check(q):
+    values, factor = jax.jit(_bf16_weight)(q)
+    got = np.asarray(values, np.float64)
+    if fmt == "bf16":
+      want = np.asarray(fp8lab.dequantize(q), np.float64)
+    else:
+      want = np.asarray(fp8lab.decode(jnp.asarray(q.codes()), q.element_format), np.float64)
+    if q.scales is not None:
+      if fmt.startswith("mx"):
+        f = np.ldexp(1.0, np.asarray(q.scales).astype(np.int32) - 127)
+        f = np.where(np.asarray(q.scales) == 0xFF, np.nan, f)
+      else:
+        f = np.asarray(q.scales).view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+      rows, cols = q.block_shape if len(q.block_shape) == 2 else (1, q.block_shape[0])
+      want = want * np.repeat(np.repeat(f, rows, 0), cols, 1)[:24, :k]
+    with np.errstate(over="ignore"):     # float32 products as dequantize's: 2^128 is Inf
+      want = want.astype(np.float32).astype(np.float64)
+    if fmt.startswith("mx"):             # the xla path's float32 products: XLA may flush
+      keep = ~((np.abs(want) < 2.0**-126) & (want != 0))
+    else:
+      keep = np.ones(want.shape, bool)
+    both_nan = np.isnan(got) & np.isnan(want)
+    np.testing.assert_array_equal(np.where(keep & ~both_nan, got, 0),
+                                  np.where(keep & ~both_nan, want, 0))
+    assert np.array_equal(np.isnan(got) & keep, np.isnan(want) & keep)
+    if q.tensor_scale is None or fmt.startswith("mx"):
+      assert factor is None
+    else:
+      assert np.asarray(factor).view(np.uint32) == np.asarray(q.tensor_scale).view(np.uint32)
+
+  check()
+
+
+def test_x_parts_sum_to_x():
+  """_bf16_parts: bfloat16 x as itself; float32 / float16 x as three parts whose float32
+  (and float64) sum is x for |x| >= 2^-103 (raw bit patterns of both signs, and zeros);
+  below, where the low parts are float32 subnormals that XLA flushes, the top 8 significant
+  bits survive (relative error < 2^-7)."""
+  rng = np.random.default_rng(3)
+  bits = rng.integers(24 << 23, 0x7F800000, 4000, dtype=np.uint32)      # |x| >= 2^-103
+  bits[::2] |= np.uint32(0x80000000)
+  x = np.concatenate([bits.view(np.float32), np.float32([0.0, -0.0, 1.0, 3.0e38])])
+  parts = [np.asarray(p, np.float64) for p in _bf16_parts(jnp.asarray(x))]
+  assert len(parts) == 3
+  np.testing.assert_array_equal(parts[0] + parts[1] + parts[2], x.astype(np.float64))
+  tiny = rng.integers(0x00800000, 24 << 23, 1000, dtype=np.uint32).view(np.float32)
+  s = sum(np.asarray(p, np.float64) for p in _bf16_parts(jnp.asarray(tiny)))
+  assert np.all(np.abs(s - tiny) < 2.0**-7 * np.abs(tiny))
+  xb = jnp.asarray(x[:10], jnp.bfloat16)
+  (only,) = _bf16_parts(xb)
+  assert only.dtype == jnp.bfloat16 and np.array_equal(np.asarray(only), np.asarray(xb))
+  xh = rng.standard_normal(100).astype(np.float16)
+  ph = [np.asarray(p, np.float64) for p in _bf16_parts(jnp.asarray(xh))]
+  np.testing.assert_array_equal(sum(ph), xh.astype(np.float64))
+
+
+@pytest.mark.parametrize("fmt,block_shape,xdt,had", [
+    ("e4m3", None, jnp.float32, None), ("e5m2", None, jnp.bfloat16, None),
+    ("mxfp4", None, jnp.float32, 32), ("nvfp4", (16, 16), jnp.float16, None),
+    ("nvfp4", None, jnp.bfloat16, None), ("mxfp8", None, jnp.float32, None),
+    ("bf16", None, jnp.float32, None)])
+def test_parts_path_within_its_bound_of_the_reference(fmt, block_shape, xdt, had):
+  """y of "xla_parts" against the float64 product of the dequantized weights and x (rotated
+  like w): within 2 (k + 8) u sum|w x| + 2 u |y| (gemv_packed's docstring)."""
+  rng = np.random.default_rng(4)
+  n, k = 24, 128
+  w = jnp.asarray(rng.standard_normal((n, k)) * rng.choice([1e-3, 1.0, 50.0], (n, k)),
+                  jnp.float32)
+  kw = {} if block_shape is None else {"block_shape": block_shape}
+  if had is not None:
+    kw["hadamard"] = had
+  q = fp8lab.quantize(w, fmt, **kw)
+  x = jnp.asarray(rng.standard_normal((5, k)) * rng.choice([1e-2, 1.0, 30.0], (5, k)), xdt)
+  y = np.asarray(jax.jit(lambda q, x: fp8lab.gemv_packed(q, x, implementation="xla_parts"))(
+      q, x), np.float64)
+  wd = np.asarray(q.dequantize(), np.float64)
+  xr = np.asarray(x, np.float64) if had is None else np.asarray(
+      fp8lab.hadamard(jnp.asarray(x, jnp.float32), had, axis=-1), np.float64)
+  exact = xr @ wd.T
+  u = 2.0**-24
+  bound = 2 * (k + 8) * u * (np.abs(xr) @ np.abs(wd).T) + 2 * u * np.abs(exact)
+  if xdt != jnp.float32:                 # the final rounding to x's 16-bit dtype
+    bound = bound + np.abs(exact) * (2.0**-8 if xdt == jnp.bfloat16 else 2.0**-11)
+  assert np.all(np.abs(y - exact) <= bound), np.max(np.abs(y - exact) / bound)
+
+
+def test_parts_path_refuses_formats_that_are_not_bfloat16_exact():
+  q = fp8lab.quantize(jnp.ones((8, 128), jnp.float32), "e4m3_block", block_shape=(128,))
+  with pytest.raises(ValueError, match="xla_parts"):
+    fp8lab.gemv_packed(q, jnp.ones((128,)), implementation="xla_parts")
+  with pytest.raises(ValueError, match="interpret"):
+    fp8lab.gemv_packed(fp8lab.quantize(jnp.ones((8, 64)), "e4m3"), jnp.ones((64,)),
+                       implementation="xla_parts", interpret=True)

@@ -23,6 +23,9 @@ Implementations (the `implementation` argument of every op):
                fp8 units); on a machine without a GPU only with interpret=True;
   "xla"        plain jnp over the same packed bytes, bitcast to XLA's float8 / float4 dtypes
                and scaled inside XLA's fusion: the baseline a kernel must beat;
+  "xla_parts"  gemv only: jnp as XLA's own float8-weight GEMV is written (bfloat16 dots,
+               float32 accumulation), made exact: bfloat16-exact weight values and x as
+               exact bfloat16 parts;
   "reference"  the golden model (exact dequantize, float32 at HIGHEST precision).
 Backend-specific kernels (a Mosaic GPU one on Hopper) join KERNEL_IMPLEMENTATIONS.
 """
@@ -41,7 +44,7 @@ __all__ = ["IMPLEMENTATIONS", "KERNEL_IMPLEMENTATIONS", "resolve_implementation"
 
 # Implementations that run a Pallas kernel (interpret= applies to them).
 KERNEL_IMPLEMENTATIONS = ("pallas",)
-IMPLEMENTATIONS = (None, *KERNEL_IMPLEMENTATIONS, "xla", "reference")
+IMPLEMENTATIONS = (None, *KERNEL_IMPLEMENTATIONS, "xla", "xla_parts", "reference")
 
 
 def on_gpu() -> bool:

@@ -1,8 +1,10 @@
-"""gemv_packed: y = x @ dequantize(W).T over packed weights, in three implementations.
+"""gemv_packed: y = x @ dequantize(W).T over packed weights, in four implementations.
 
 "pallas" (fp8lab/kernels/gemv/), "xla" (jnp over the same packed words bitcast to XLA's
-float8 / float4 dtypes) and "reference" (the golden model), dispatched by the scaffolding of
-fp8lab/ops/_op.py.
+float8 / float4 dtypes, a float32 dot), "xla_parts" (the same words dequantized exactly to
+bfloat16 and x as exact bfloat16 parts: bfloat16 dots with float32 accumulation, the form of
+XLA's own float8-weight GEMV) and "reference" (the golden model), dispatched by the
+scaffolding of fp8lab/ops/_op.py.
 """
 
 from __future__ import annotations
@@ -44,8 +46,13 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       fp8lab.kernels.gemv.serves_format: "xla" on a GPU, the reference elsewhere; the batch
       is x's rows as this call sees them, before a vmap folds its axis in), "pallas",
       "xla" (jnp: the packed words bitcast to XLA's float8 / float4 dtype, upcast and scaled
-      in XLA's fusion, a float32 dot at HIGHEST precision) or "reference" (golden-model
-      dequantize + jnp.dot at HIGHEST precision). See fp8lab/ops/_op.py.
+      in XLA's fusion, a float32 dot at HIGHEST precision), "xla_parts" (jnp: the words
+      dequantized in XLA's fusion to bfloat16, exactly, with a per-tensor factor left for
+      y, and x split into bfloat16 parts whose float32 sum is x, 1 for bfloat16 x, else 3;
+      one bfloat16 dot with float32 accumulation over the stacked parts, the parts' results
+      summed smallest first; formats whose values are bfloat16 numbers: e4m3, e5m2, mxfp8,
+      mxfp8_e5m2, mxfp4, nvfp4, bf16; not picked by None until measured) or "reference"
+      (golden-model dequantize + jnp.dot at HIGHEST precision). See fp8lab/ops/_op.py.
     interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel (with
       implementation "xla" or "reference" it is an error).
     fp8_decode: how the kernel decodes e4m3 / e5m2 codes (elements, and NVFP4's E4M3
@@ -66,7 +73,12 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
   the result (the large ones meet weights near zero) is this visible; it adds
   2^-38 max|x| sum|w| to the bound.
   float16 x, bf16 weights, the "xla" and the reference paths have no such term; the "xla"
-  path's float32 dot has the reference's bound up to its order of additions.
+  path's float32 dot has the reference's bound up to its order of additions. "xla_parts":
+  exact products too (bfloat16 values times bfloat16 parts), float32 sums in the dot's
+  order, two more for the parts and one for a per-tensor factor (nvfp4's S_dec multiplies
+  y, not each block scale as dequantize does): within 2 (k + 8) u sum|w x| + 2 u |y|; x
+  elements below 2^-103 in magnitude keep only their top 8 significant bits (their low
+  parts are float32 subnormals, which XLA flushes).
 
   Decoding e4m3 / e5m2 codes (the elements of formats "e4m3", "e5m2", "mxfp8",
   "mxfp8_e5m2", and the E4M3 block scales of "nvfp4"): on a GPU of compute capability
@@ -202,6 +214,67 @@ def _xla_weight(w) -> jax.Array:
   return values * per_element(first) * per_element(pow2(e - h))
 
 
+# Formats whose values (without a per-tensor factor) are bfloat16 numbers: the "xla_parts"
+# path's weights. e4m3 / e5m2 codes have <= 4 significant bits, e2m1 2, an E8M0 scale is a
+# power of two and an E4M3 block scale <= 4 bits (e2m1 x E4M3: <= 6), bf16 is bf16.
+PARTS_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "bf16")
+
+
+def _bf16_weight(w):
+  """(values (n_out, k) bfloat16, factor float32 scalar or None): w's dequantized values are
+  values * factor (nvfp4: up to the rounding of fl(s_e4m3 * S_dec)), values exact."""
+  qf = get_quantized_format(w.format)
+  n_out, k = w.shape
+  if qf.scaling == "mx":
+    # exact float32 products (the xla path's), each a bfloat16 number: the cast is exact
+    return _xla_weight(w).astype(jnp.bfloat16), None
+  elems = lax.bitcast_convert_type(w.data, qf.element.dtype)
+  values = elems.reshape(n_out, -1)[:, :k]
+  if qf.scaling == "nvfp4":
+    rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
+    s = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
+    s = jnp.repeat(jnp.repeat(s, rows, axis=0), cols, axis=1)[:n_out, :k]
+    return (values.astype(jnp.float32) * s).astype(jnp.bfloat16), w.tensor_scale
+  return values.astype(jnp.bfloat16), w.tensor_scale if qf.scaling == "tensor" else None
+
+
+def _bf16_parts(x: jax.Array) -> list[jax.Array]:
+  """bfloat16 arrays whose float32 sum is x exactly (|x| >= 2^-103 or 0): x itself if it is
+  bfloat16, else its top 8 significant bits, the next 8 and the rest, cut with integer ops
+  (no float round trip that XLA could fold away)."""
+  if x.dtype == jnp.bfloat16:
+    return [x]
+
+  def trunc(v):
+    return lax.bitcast_convert_type(
+        lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFF0000), jnp.float32)
+
+  xf = x.astype(jnp.float32)
+  hi = trunc(xf)
+  mid = trunc(xf - hi)                       # xf - hi: exact, the low 16 bits
+  lo = (xf - hi) - mid                       # exact, <= 8 significant bits
+  return [p.astype(jnp.bfloat16) for p in (hi, mid, lo)]
+
+
+def _xla_parts(w, x: jax.Array) -> jax.Array:
+  """The "xla_parts" path: one bfloat16 dot over x's stacked parts (see gemv_packed)."""
+  if w.format not in PARTS_FORMATS:
+    raise ValueError(f"gemv_packed: implementation 'xla_parts' takes {PARTS_FORMATS} "
+                     f"weights (bfloat16-exact values), got {w.format!r}")
+  xr = _rotate_x(w, x) if w.hadamard is not None else x
+  parts = _bf16_parts(xr)
+  values, factor = _bf16_weight(w)
+  stacked = jnp.stack(parts)                                      # (P, ..., k)
+  y = lax.dot_general(stacked, values, (((stacked.ndim - 1,), (1,)), ((), ())),
+                      preferred_element_type=jnp.float32)         # (P, ..., n_out)
+  acc = y[-1]
+  for i in range(len(parts) - 2, -1, -1):                         # smallest part first
+    acc = acc + y[i]
+  if factor is not None:
+    acc = acc * factor
+  return acc.astype(x.dtype)
+
+
 def _xla(w, x: jax.Array) -> jax.Array:
   """The "xla" path: x (rotated like w) @ _xla_weight(w).T in float32 at HIGHEST precision."""
   xr = _rotate_x(w, x).astype(jnp.float32)
@@ -243,6 +316,8 @@ def _forward(implementation: str, interpret: bool, native_fp8: bool, w, x: jax.A
     return _reference(w, x)
   if implementation == "xla":
     return _xla(w, x)
+  if implementation == "xla_parts":
+    return _xla_parts(w, x)
   return _pallas(interpret, native_fp8, w, x)
 
 
