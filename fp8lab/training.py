@@ -43,7 +43,7 @@ from fp8lab.formats import QUANTIZED, get_quantized_format
 from fp8lab.numerics.codec import INPUT_DTYPES
 from fp8lab.numerics.hadamard import HadamardSpec
 from fp8lab.numerics.scales import DelayedScaling
-from fp8lab.ops.quantize import quantize, quantize_with_amax
+from fp8lab.ops.quantize import kernel_serves, quantize, quantize_with_amax
 from fp8lab.quantized import QuantizedArray, dequantize
 
 __all__ = ["OperandRecipe", "Recipe", "RECIPES", "RECIPE_NAMES", "get_recipe", "MatmulState",
@@ -281,6 +281,8 @@ def quantized_matmul(x, w, *, recipe, state: MatmulState | None = None, key=None
                        f"token axis in Hadamard blocks of {op.hadamard.block}; the {m} tokens "
                        "(x's leading axes) are not a multiple of it")
   _check_state(r, state)
+  if implementation == "pallas" or interpret:
+    _check_kernel_serves(r, x.dtype, w.dtype, m, *w.shape)
   if r.stochastic and key is None:
     raise ValueError(f"recipe {r.name!r} rounds stochastically: pass key=jax.random.key(...) "
                      "(a fresh one every step)")
@@ -312,6 +314,37 @@ def _check_state(r: Recipe, state) -> None:
       got = s.format if isinstance(s, DelayedScaling) else type(s).__name__
       raise ValueError(f"recipe {r.name!r} needs state.{role} = a DelayedScaling of "
                        f"{op.format!r}, got {got!r}")
+
+
+def _planned_calls(r: Recipe, x_dtype, w_dtype, m: int, k: int, n: int):
+  """(role, what, abstract input, OperandRecipe, transpose, rotated) of every quantize call
+  the recipe makes, in the order _quantize_both makes them."""
+  shapes = {"x": ((m, k), x_dtype), "w": ((k, n), w_dtype),
+            "grad": ((m, n), jnp.result_type(x_dtype, w_dtype))}
+  for role, op in zip(ROLES, r.operands()):
+    shape, dtype = shapes[role]
+    a = jax.ShapeDtypeStruct(shape, dtype)
+    if op.hadamard is None:
+      yield role, "both orientations", a, op, True, False
+    else:
+      yield role, "its GEMM orientation", a, op, False, False
+      yield role, "its rotated weight-gradient orientation", jax.ShapeDtypeStruct(
+          shape[::-1], dtype), op, False, True
+
+
+def _check_kernel_serves(r: Recipe, x_dtype, w_dtype, m: int, k: int, n: int) -> None:
+  """Raises before any work when the quantize kernel cannot serve one of the recipe's calls
+  (implementation "pallas" or interpret=True), instead of the quantize op raising midway."""
+  for role, what, a, op, transpose, rotated in _planned_calls(r, x_dtype, w_dtype, m, k, n):
+    qf = get_quantized_format(op.format)
+    # The metadata kernel_serves reads (the golden model's defaults filled in), no tracing.
+    meta = QuantizedArray(None, None, None, format=qf.name, element_format=qf.element.name,
+                          shape=a.shape, axis=1, block_shape=op.block_shape or qf.block_shape,
+                          scale_mode=op.scale_mode, hadamard=op.hadamard if rotated else None)
+    why = kernel_serves(meta, ndim=2, transpose=transpose, has_scale=op.scaling == "delayed")
+    if why is not None:
+      raise ValueError(f"quantized_matmul: the quantize kernel cannot serve recipe {r.name!r}: "
+                       f"{role} ({what}): {why}; use implementation=None or 'reference'")
 
 
 def _quantize_both(a, op: OperandRecipe, scaling, key, impl, interpret):
