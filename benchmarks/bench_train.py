@@ -397,7 +397,7 @@ def run_train(recipes, cfg, steps: int, lr: float, eval_every: int, max_bytes: i
       states = init_states(recipe, cfg)
       step = make_step(recipe, cfg, lr_at)
       evaluate = jax.jit(functools.partial(loss_fn, recipe=recipe, cfg=cfg))
-      key = jax.random.key(seed + 7)
+      key, eval_key = jax.random.key(seed + 7), jax.random.key(seed + 8)
       losses, held_losses = [], []
       t0 = time.perf_counter()
       for i in range(steps):
@@ -405,7 +405,7 @@ def run_train(recipes, cfg, steps: int, lr: float, eval_every: int, max_bytes: i
                                          jax.random.fold_in(key, i), jnp.int32(i))
         losses.append(float(loss))
         if (i + 1) % eval_every == 0 or i + 1 == steps:
-          hl = [float(evaluate(params, states, batch(held, s), jax.random.fold_in(key, -1)))
+          hl = [float(evaluate(params, states, batch(held, s), eval_key))
                 for s in held_starts]
           held_losses.append([i + 1, float(np.mean(hl))])
       tail = max(1, steps // 10)
