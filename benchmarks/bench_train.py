@@ -415,7 +415,8 @@ def run_train(recipes, cfg, steps: int, lr: float, eval_every: int, max_bytes: i
     except Exception as e:  # pylint: disable=broad-except
       rec.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
     out["recipes"][recipe] = rec
-    print(f"train {recipe:18s} " + (f"first {rec['loss'][0]:.3f} final {rec['final_train_loss']:.3f}"
+    print(f"train {recipe:18s} " + (f"first {rec['loss'][0]:.3f} final "
+                                    f"{rec['final_train_loss']:.3f}"
                                     f" held-out {rec['final_held_out_loss']:.3f} "
                                     f"({rec['wall_s']:.0f} s)" if rec["status"] == "ok"
                                     else rec["error"][:300]), flush=True)

@@ -126,7 +126,7 @@ def test_recipe_records():
 
 
 # nvfp4_te's golden model takes ~15 s to compile its six operands on the CPU: its gradients
-# run with FP8LAB_SLOW_TESTS=1, its forward by default (test_nvfp4_te_forward_against_float64).
+# (and its forward alone, test_nvfp4_te_forward_against_float64) run with FP8LAB_SLOW_TESTS=1.
 @pytest.mark.parametrize("recipe", [pytest.param(r, marks=pytest.mark.slow) if r == "nvfp4_te"
                                     else r for r in training.RECIPE_NAMES])
 def test_forward_and_gradients_against_float64(recipe):
@@ -196,6 +196,7 @@ def test_delayed_state_after_steps_equals_the_golden_chain():
   assert all(float(s.scale) != 1.0 for s in state)
 
 
+@pytest.mark.slow           # ~8 s of nvfp4 compiles on the CPU; the file's budget is 40 s
 def test_nvfp4_te_forward_against_float64():
   r = fp8lab.get_recipe("nvfp4_te")
   x, w, _ = _data(1)
@@ -309,8 +310,8 @@ _INTERPRET_RECIPES = [pytest.param("fp8_delayed"),
 
 @pytest.mark.parametrize("recipe", _INTERPRET_RECIPES)
 def test_interpret_kernels_equal_reference(recipe):
-  """The Pallas quantize kernels (interpret mode; compiled on a GPU run) give the golden path's y, gradients and
-  states bit for bit."""
+  """The Pallas quantize kernels (interpret mode; compiled on a GPU run) give the golden
+  path's y, gradients and states bit for bit."""
   x, w, c = _data(5)
   state = _delayed_states() if recipe == "fp8_delayed" else None
   key = jax.random.key(3)
