@@ -231,8 +231,11 @@ def _zeros_like(tree):
 # ----------------------------------------------------------------------------------------
 # Part "step".
 
-def run_step(cfg, recipes, steps: int, warmup: int, seed: int) -> list[dict[str, Any]]:
-  rows = []
+def run_step(cfg, recipes, steps: int, warmup: int, seed: int, rows=None,
+             save=lambda: None) -> list[dict[str, Any]]:
+  """One row per recipe appended to `rows`; `save()` after each (a run cut short keeps its
+  rows)."""
+  rows = [] if rows is None else rows
   tokens_per_step = cfg["batch"] * cfg["seq"]
   rng = np.random.default_rng(seed)
   tokens = jnp.asarray(rng.integers(0, cfg["vocab"], (cfg["batch"], cfg["seq"] + 1)), jnp.int32)
@@ -273,6 +276,7 @@ def run_step(cfg, recipes, steps: int, warmup: int, seed: int) -> list[dict[str,
                                    f"{row.get('speedup_vs_bf16', 1.0):.3f}x"
                                    if row["status"] == "ok" else row["error"][:200]), flush=True)
     rows.append(row)
+    save()
   return rows
 
 
@@ -370,7 +374,8 @@ def stdlib_corpus(max_bytes: int) -> tuple[np.ndarray, dict[str, Any]]:
 
 
 def run_train(recipes, cfg, steps: int, lr: float, eval_every: int, max_bytes: int,
-              seed: int) -> dict[str, Any]:
+              seed: int, out=None, save=lambda: None) -> dict[str, Any]:
+  """Trains each recipe in turn into `out` (a dict, filled as it goes); `save()` after each."""
   corpus, source = stdlib_corpus(max_bytes)
   split = int(corpus.size * 0.95)                 # the last 5% held out
   train, held = corpus[:split], corpus[split:]
@@ -387,8 +392,9 @@ def run_train(recipes, cfg, steps: int, lr: float, eval_every: int, max_bytes: i
     cos = 0.55 + 0.45 * jnp.cos(jnp.pi * jnp.minimum(i, steps) / steps)
     return lr * warm * cos
 
-  out: dict[str, Any] = {"corpus": source, "config": cfg, "steps": steps, "lr": lr,
-                         "held_out_batches": len(held_starts), "recipes": {}}
+  out = {} if out is None else out
+  out.update({"corpus": source, "config": cfg, "steps": steps, "lr": lr,
+              "held_out_batches": len(held_starts), "recipes": {}})
   for recipe in recipes:
     rec: dict[str, Any] = {}
     try:
@@ -420,6 +426,7 @@ def run_train(recipes, cfg, steps: int, lr: float, eval_every: int, max_bytes: i
                                     f" held-out {rec['final_held_out_loss']:.3f} "
                                     f"({rec['wall_s']:.0f} s)" if rec["status"] == "ok"
                                     else rec["error"][:300]), flush=True)
+    save()
   base = out["recipes"].get(BASELINE, {})
   for recipe, rec in out["recipes"].items():
     if recipe != BASELINE and rec.get("status") == "ok" and base.get("status") == "ok":
@@ -476,7 +483,9 @@ def main(argv: list[str]) -> None:
                                     "fixed": timing.METHOD},
                          "model": {**cfg, "params": param_count(cfg)}}
   if "step" in _PARTS.value:
-    doc["step"] = run_step(cfg, recipes, _pick(_STEPS, 10, 3), _WARMUP.value, _SEED.value)
+    doc["step"] = []
+    run_step(cfg, recipes, _pick(_STEPS, 10, 3), _WARMUP.value, _SEED.value, rows=doc["step"],
+             save=lambda: write_json(doc, out))
     write_json(doc, out)
   if "fixed" in _PARTS.value:
     doc["fixed"] = run_fixed(recipes, _FIXED_D.value or cfg["d"], ms, _pick(_REPS, 30, 3),
@@ -484,9 +493,10 @@ def main(argv: list[str]) -> None:
     write_json(doc, out)
   if "train" in _PARTS.value:
     steps = _pick(_TRAIN_STEPS, 2000, 150)
-    doc["train"] = run_train(recipes, train_cfg, steps, _LR.value,
-                             _EVAL_EVERY.value or max(1, steps // 10),
-                             int(_CORPUS_MB.value * 2**20), _SEED.value)
+    doc["train"] = {}
+    run_train(recipes, train_cfg, steps, _LR.value, _EVAL_EVERY.value or max(1, steps // 10),
+              int(_CORPUS_MB.value * 2**20), _SEED.value, out=doc["train"],
+              save=lambda: write_json(doc, out))
     write_json(doc, out)
     png = _PNG.value or os.path.splitext(out)[0] + ".png"
     why = plot(doc["train"], png)
