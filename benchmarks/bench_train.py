@@ -23,6 +23,7 @@ Usage:
   python benchmarks/bench_train.py                          # CPU: tiny sizes, every part
   python benchmarks/bench_train.py --parts=step,fixed --recipes=fp8_delayed,fp8_current
   python benchmarks/bench_train.py --parts=train --train_steps=2000 --out=$OUT/train.json
+  python benchmarks/bench_train.py --plot=benchmarks/results/train_cpu_20261202.json   # PNG
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ _CORPUS_MB = flags.DEFINE_float("corpus_mb", 16.0, "train: stdlib bytes to read,
 _SEED = flags.DEFINE_integer("seed", 0, "Parameter and batch seed.")
 _OUT = flags.DEFINE_string("out", None, "Results JSON (default benchmarks/results/...).")
 _PNG = flags.DEFINE_string("png", None, "Loss-curve PNG (default: the JSON's name, .png).")
+_PLOT = flags.DEFINE_string("plot", None, "Only draw the loss-curve PNG of this results JSON "
+                            "(its train part) and exit.")
 
 
 def _on_gpu() -> bool:
@@ -465,6 +468,14 @@ def plot(train: dict[str, Any], path: str) -> str | None:
 
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
+  if _PLOT.value:
+    import json  # pylint: disable=import-outside-toplevel
+    with open(_PLOT.value) as f:
+      train = json.load(f)["train"]
+    png = _PNG.value or os.path.splitext(_PLOT.value)[0] + ".png"
+    why = plot(train, png)
+    print(why or f"wrote {png}")
+    return
   with cli.usage_errors():
     cli.check_choices("part", _PARTS.value, PARTS)
     cli.check_choices("recipe", _RECIPES.value, training.RECIPE_NAMES)
