@@ -14,6 +14,9 @@ keep every product a normal float32 (XLA:CPU flushes subnormals).
 
 from __future__ import annotations
 
+import os
+import sysconfig
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -332,3 +335,21 @@ def test_fp8_recipes_compile_to_fp8_gemms(recipe):
   f = jax.jit(lambda x, w, s: _loss_and_grads(recipe, x, w, c, s, None))
   counts = bench_train.fp8_gemm_counts(f.lower(x, w, state).compile().as_text())
   assert counts["cublas_f8"] >= 3, counts
+
+
+def test_bench_helpers():
+  """bench_train's HLO counter on hand-written HLO lines, and its corpus: the interpreter's
+  own stdlib sources, bytes in file order."""
+  from benchmarks import bench_train
+  hlo = "\n".join([
+      '%a = f8e4m3fn[8,16]{1,0} bitcast(%p)',
+      '%g = (f32[8,8]{1,0}, s8[0]) custom-call(%a, %b), '
+      'custom_call_target="__cublas$lt$matmul$f8"',
+      '%h = (bf16[8,8]{1,0}, s8[0]) custom-call(%c, %d), custom_call_target="__cublas$gemm"',
+      '%d = f32[8,8]{1,0} dot(%e, %f), lhs_contracting_dims={1}, rhs_contracting_dims={1}'])
+  assert bench_train.fp8_gemm_counts(hlo) == {"cublas_f8": 1, "cublas_gemm": 2, "dot": 1,
+                                              "f8_instructions": 1}
+  corpus, source = bench_train.stdlib_corpus(4096)
+  assert corpus.dtype == np.uint8 and corpus.size == source["bytes"] == 4096
+  assert source["root"] == sysconfig.get_paths()["stdlib"]
+  assert os.path.isdir(source["root"]) and source["files"] >= 1
