@@ -13,6 +13,9 @@ from fp8lab.numerics.scales import DelayedScaling, current_scale, tensor_amax
 from fp8lab.quantized import QuantizedArray, dequantize
 from fp8lab.ops import QuantizeResult, gemv_packed, quantize, quantize_with_amax
 from fp8lab.ops import attention, kv_cache_update
+from fp8lab.training import (RECIPES, MatmulState, OperandRecipe, Recipe, get_recipe, init_state,
+                             quantized_matmul)
+from fp8lab import nn
 
 __version__ = "0.1.0"
 
@@ -24,3 +27,5 @@ __all__ = [
     "gemv_packed", "quantize_with_amax", "QuantizeResult",
 ]
 __all__ += ["attention", "kv_cache_update"]
+__all__ += ["quantized_matmul", "RECIPES", "Recipe", "OperandRecipe", "get_recipe", "init_state",
+            "MatmulState", "nn"]
