@@ -88,7 +88,7 @@ def prefill_config(rows: int, dim: int, compute: str = "bf16") -> PrefillConfig:
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, group: int,
             tq: int, capacity: int, page_size: int, pages: int, pool_pages: int,
             sm_scale: float, block_q: int, block_k: int, compute: str, k_split: bool,
-            v_split: bool):
+            v_split: bool, spare: int):
   it = iter(refs)
   q_ref, qpos_ref, len_ref = next(it), next(it), next(it)
   table_ref = next(it) if paged else None
@@ -103,7 +103,11 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
   t = r // group
   row_ok = t < tq
   # Row r of this program is (token t, query head h * group + r % group) of (B, Tq, Hq).
-  q_row = jnp.where(row_ok, (b * tq + t) * hq + h * group + r % group, 0)
+  # Padding rows (t >= Tq) are masked; compiled, a masked lane touches no memory, but
+  # interpret mode stores every lane (the old value where masked), so there they point at
+  # spare rows past the outputs' end (`spare`), never at a real row.
+  q_row = jnp.where(row_ok, (b * tq + t) * hq + h * group + r % group,
+                    spare + r % block_q if spare else 0)
   d = lax.iota(jnp.int32, dim)
   q_off = (q_row * dim)[:, None] + d[None, :]
   q_mask = jnp.broadcast_to(row_ok[:, None], (block_q, dim))
@@ -203,14 +207,19 @@ def prefill_pallas(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan
       block_q=config.block_q, block_k=config.block_k, compute=config.compute,
       k_split=bf16 and split_serves(kplan), v_split=bf16 and split_serves(vplan))
   out_dtype = q.dtype if out_dtype is None else out_dtype
+  n_rows = bsz * tq * hq
+  spare = n_rows if interpret else 0
+  kernel = functools.partial(kernel, spare=spare)
   o, lse = pl.pallas_call(
       kernel,
-      out_shape=(jax.ShapeDtypeStruct((bsz * tq * hq * dim,), out_dtype),
-                 jax.ShapeDtypeStruct((bsz * tq * hq,), jnp.float32)),
+      out_shape=(jax.ShapeDtypeStruct(((n_rows + (config.block_q if spare else 0)) * dim,),
+                                      out_dtype),
+                 jax.ShapeDtypeStruct((n_rows + (config.block_q if spare else 0),),
+                                      jnp.float32)),
       grid=(nqb, bsz, kv_heads),
       compiler_params=plgpu.CompilerParams(num_warps=config.num_warps,
                                            num_stages=config.num_stages),
       interpret=interpret,
       name=f"fp8lab_prefill_{kplan.kind}_{vplan.kind}_{config.compute}",
   )(*operands)
-  return o.reshape(q.shape), lse.reshape(bsz, tq, hq)
+  return o[:n_rows * dim].reshape(q.shape), lse[:n_rows].reshape(bsz, tq, hq)
