@@ -185,6 +185,75 @@ def test_f32_compute(kfmt, vfmt, causal):
                 compute="f32")
 
 
+def _q_e4m3(q) -> np.ndarray:
+  """q as compute="fp8" rounds it (float64, exact): per (token, head) times 2^(7 -
+  floor(log2 max|q|)), rounded to e4m3 (nearest even), times the inverse power of two."""
+  qf = np.asarray(q.astype(jnp.float32), np.float32)
+  amax = np.abs(qf).max(-1, keepdims=True)
+  _, ex = np.frexp(amax)
+  e = np.where(amax > 0, ex - 1, -127)
+  scaled = qf * np.exp2(np.clip(7 - e, -126, 127)).astype(np.float32)
+  return scaled.astype(ml_dtypes.float8_e4m3fn).astype(np.float64) * np.exp2(
+      np.clip(e - 7, -126, 127))
+
+
+def ref_fp8(q, k, v, lengths, q_positions=None):
+  """(o, lse, o_tol, lse_tol) for compute="fp8": ref64's tensor-core bound over the e4m3 q
+  (_q_e4m3) and the golden K / V (e4m3 codes times their float32 factor, which the kernel
+  applies to the products), plus: the FP8 tensor cores' accumulation, taken as keeping only
+  ~13 bits (eta_a = 2 * 2^-13 sm max_j sum_d |q_d k_jd|, as eta in the o and lse bounds); P
+  rounded to e4m3 (times 2^8, and over V's per-token factors divided by a power of two
+  >= their block max: < 1): a relative 2^-4 where normal, 2^-18 absolute below (2^-17
+  relative to the largest factor), so |sum_j (p~_j - p_j) v_j| / l <= 2^-4 sum_j p_j |v_j|
+  / l + 2^-17 n max |v| (l >= 1; max over the row's length)."""
+  lengths = np.asarray(lengths)
+  q8 = _q_e4m3(q)
+  kd, vd = _values64(k), _values64(v)
+  qpos = None if q_positions is None else np.asarray(q_positions)
+  o, lse, o_tol, lse_tol = ref64(jnp.asarray(q8, jnp.float32), kd, vd, lengths, None, qpos,
+                                 tensor_cores=True)
+  bsz, tq, hq, dim = q8.shape
+  g = hq // kd.shape[2]
+  sm = dim ** -0.5
+  for b in range(bsz):
+    vmax_len = np.abs(vd[b, :lengths[b]]).max() if lengths[b] else 0.0
+    for t in range(tq):
+      n = int(lengths[b]) if qpos is None else min(int(lengths[b]), int(qpos[b, t]) + 1)
+      if n <= 0:
+        continue
+      for h in range(hq):
+        kk, vv = kd[b, :n, h // g], vd[b, :n, h // g]
+        sc = (kk @ q8[b, t, h]) * sm
+        p = np.exp(sc - sc.max())
+        w = p @ np.abs(vv).max(-1) / p.sum()
+        eta_a = 2 * 2.0**-13 * sm * (np.abs(kk) @ np.abs(q8[b, t, h])).max()
+        o_tol[b, t, h] += (2.5 * eta_a * np.abs(vv).max() + 2.0**-4 * w
+                           + 2.0**-17 * n * vmax_len)
+        lse_tol[b, t, h] += eta_a
+  return o, lse, o_tol, lse_tol
+
+
+@pytest.mark.parametrize("kfmt,vfmt,group,causal,dim", [("e4m3", "e4m3_block", 4, True, 64)] +
+                         _slow(("e4m3_block", "e4m3", 1, False, 128),
+                               ("e4m3_block", "e4m3_block", 8, True, 256)))
+def test_fp8_compute(kfmt, vfmt, group, causal, dim):
+  """compute="fp8" (e4m3 q / P / K / V dots) against ref_fp8's bound."""
+  bsz, cap, hkv = SHAPE
+  lengths = _lengths(bsz, cap)
+  k, v = _cache(41, kfmt, vfmt, dim)
+  q, qpos = _queries(43, group, causal, lengths, dim)
+  o, lse = fp8lab.attention(q, k, v, kv_lengths=jnp.asarray(lengths), causal=causal,
+                            q_positions=qpos, return_lse=True, compute="fp8",
+                            implementation="pallas", interpret=INTERPRET)
+  if causal and qpos is None:
+    qpos = np.broadcast_to(np.arange(q.shape[1]), q.shape[:2])
+  want, want_lse, tol, lse_tol = ref_fp8(q, k, v, lengths, qpos)
+  assert_close(o, want, tol, "o")
+  seen = np.isfinite(want_lse)
+  np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), seen)
+  assert_close(np.where(seen, lse, 0.0), np.where(seen, want_lse, 0.0), lse_tol, "lse")
+
+
 # ---------------------------------------------------------------------------- masks
 
 @pytest.mark.parametrize("block_q,block_k,fmt", [(16, 16, "e4m3")] + _slow(
@@ -299,14 +368,14 @@ def test_deterministic_and_dispatch():
   assert kernels(q[:, :1], compute="f32") == {"attention"}
   assert kernels(q[:, :1], compute="bf16") == {"prefill"}
   assert kernels(q[:, :A.DECODE_ROWS // 8 + 1], compute="f32") == {"prefill"}
-  with pytest.raises(ValueError, match="compute='fp8'.*not implemented"):
+  with pytest.raises(ValueError, match="compute='fp8' takes K and V in e4m3"):
     fp8lab.attention(q, k, v, compute="fp8")
   with pytest.raises(ValueError, match="compute must be"):
     fp8lab.attention(q, k, v, compute="fp16")
   with pytest.raises(ValueError, match="needs q_positions"):
     fp8lab.attention(q[:, :5], k, v, causal=True)
   with pytest.raises(ValueError, match="compute must be"):
-    AK.PrefillConfig(compute="fp8")
+    AK.PrefillConfig(compute="fp16")
 
 
 @pytest.mark.slow
@@ -334,11 +403,13 @@ def test_hadamard_and_grad():
                                 np.asarray(jax.grad(loss("reference"))(q)))
 
 
-@pytest.mark.parametrize("fmt,compute", grid(list(_ALL), list(AK.PREFILL_COMPUTE)))
+@pytest.mark.parametrize("fmt,compute", grid(list(_ALL), ["bf16", "f32"]) + [
+    ("e4m3", "fp8"), ("e4m3_block", "fp8")])
 def test_triton_lowering(fmt, compute):
   """The kernel lowers to Triton IR for the H200 from any host, paged, for every format and
-  both arithmetics: no fp8 / fp4 types (the integer decode), two dots per K block, bf16
-  operands on the bf16 path, IEEE float32 (no tf32) on the f32 path."""
+  each arithmetic: two dots per K block; bf16 operands on the bf16 path, IEEE float32 (no
+  tf32) on the f32 path, no fp8 / fp4 types on either (the integer decode); e4m3 operands
+  on the fp8 path, the codes bitcast (no conversion of K / V)."""
   bsz, cap, hkv, dim, group = 2, 256, 2, 128, 4
   x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
   kv = x if fmt is None else jax.eval_shape(lambda a: _kv(fmt, a), x)
@@ -352,9 +423,14 @@ def test_triton_lowering(fmt, compute):
                      aval((bsz, 128), jnp.int32), aval((bsz,), jnp.int32),
                      aval((bsz, cap // 32), jnp.int32), kv, kv)
   assert "tt.func" in ir
-  assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
   dots = re.findall(r"tt\.dot [^\n]*", ir)
   assert len(dots) == 2, dots
+  if compute == "fp8":
+    assert all("xf8E4M3FN> * tensor" in d for d in dots), dots
+    # fp_to_fp into e4m3 for q and P only; K / V codes are bitcast
+    assert len(re.findall(r"tt\.fp_to_fp [^\n]*-> tensor<\w+xf8E4M3FN>", ir)) == 2
+    return
+  assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
   if compute == "bf16":
     assert all("bf16>" in d for d in dots), dots
   else:

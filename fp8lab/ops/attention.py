@@ -43,7 +43,7 @@ _KERNEL_DEFAULT: frozenset[str] = frozenset()
 DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
 # The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
 # kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
-# with float32 softmax and accumulation, "fp8" e4m3 q / P / K / V dots (not implemented yet).
+# with float32 softmax and accumulation, "fp8" the prefill kernel's e4m3 q / P / K / V dots.
 COMPUTES = ("f32", "bf16", "fp8")
 # The most query rows per KV head (Tq * Hq / Hkv) that go to the decode kernel (one program
 # holds them all); more go to the prefill kernel. Not tuned on a GPU yet.
@@ -87,8 +87,11 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       kernel when Tq * Hq / Hkv <= DECODE_ROWS, else the prefill kernel's float32 mode),
       "bf16" (the prefill kernel, any Tq: q, P and the K / V values not exact in bfloat16
       rounded to bfloat16 (round to nearest even), bf16 x bf16 dots accumulated in float32,
-      float32 softmax; docs/attention_kernel.md section 5), "fp8" (not implemented yet:
-      ValueError). The reference path computes in float32 whatever compute says.
+      float32 softmax; docs/attention_kernel.md section 5), "fp8" (the prefill kernel, any
+      Tq; e4m3 / e4m3_block (block D) K and V only: their codes into e4m3 x e4m3 -> float32
+      dots, q scaled per (token, head) by a power of two and rounded to e4m3, P times 2^8
+      (and V's per-token factors over a power of two) rounded to e4m3, float32 softmax and
+      accumulation). The reference path computes in float32 whatever compute says.
     implementation: None, "pallas" or "reference" (see the module docstring).
     interpret: run the Pallas kernel in interpret mode (CPU).
 
@@ -110,7 +113,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   Raises:
     TypeError / ValueError before tracing: bad shapes, dtypes, formats, axes, block shapes,
     D, head counts, lengths or tables (when concrete), unknown implementation or compute,
-    compute="fp8", the kernel without a GPU and without interpret.
+    compute="fp8" with other KV formats, the kernel without a GPU and without interpret.
   """
   q = _check_q(q)
   bsz, tq, hq, dim = q.shape
@@ -158,9 +161,11 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise TypeError(f"attention: return_lse must be a bool, got {return_lse!r}")
   if compute is not None and compute not in COMPUTES:
     raise ValueError(f"attention: compute must be None or one of {COMPUTES}, got {compute!r}")
-  if compute == "fp8":
-    raise ValueError("attention: compute='fp8' (e4m3 q / P / K / V on FP8 tensor cores) is "
-                     "not implemented yet; use compute='bf16' or 'f32'")
+  if compute == "fp8" and not all(attn_kernel.fp8_serves(attn_kernel.kv_plan(x, dim))
+                                  for x in (k, v)):
+    raise ValueError("attention: compute='fp8' takes K and V in e4m3 per tensor or per token "
+                     "and head (\"e4m3\", \"e4m3_block\" with block_shape (D,)); use "
+                     "compute='bf16' for the other formats")
   impl = _resolve(implementation, interpret, k, v, dim)
   dots = os.environ.get(DOTS_ENV, "") or "f32"
   if dots not in attn_kernel.DOTS:

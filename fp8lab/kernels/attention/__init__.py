@@ -9,10 +9,10 @@ from fp8lab.kernels.attention.kernel import (DOTS, MIN_ROWS, AttentionConfig, KV
                                              attention_config, attention_pallas,
                                              attention_partials, combine, kv_plan, serves,
                                              split_bf16, split_serves)
-from fp8lab.kernels.attention.prefill import (PREFILL_COMPUTE, PrefillConfig, prefill_config,
-                                              prefill_pallas)
+from fp8lab.kernels.attention.prefill import (PREFILL_COMPUTE, PrefillConfig, fp8_serves,
+                                              prefill_config, prefill_pallas)
 
 __all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "DOTS", "attention_config",
            "attention_pallas", "attention_partials", "combine", "kv_plan", "serves",
            "split_bf16", "split_serves", "PREFILL_COMPUTE", "PrefillConfig", "prefill_config",
-           "prefill_pallas"]
+           "prefill_pallas", "fp8_serves"]

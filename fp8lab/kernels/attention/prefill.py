@@ -38,14 +38,21 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from fp8lab.formats import E4M3
+from fp8lab.kernels import unpack
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_refs,
                                          load_kv, load_kv_split, split_serves)
 
-__all__ = ["PrefillConfig", "prefill_config", "prefill_pallas", "PREFILL_COMPUTE"]
+__all__ = ["PrefillConfig", "prefill_config", "prefill_pallas", "PREFILL_COMPUTE",
+           "fp8_serves"]
 
-# The kernel's arithmetic: "bf16" (bfloat16 dots, float32 softmax and accumulation) or "f32"
-# (IEEE float32 dots, as the decode kernel's default).
-PREFILL_COMPUTE = ("bf16", "f32")
+# The kernel's arithmetic: "bf16" (bfloat16 dots, float32 softmax and accumulation), "f32"
+# (IEEE float32 dots, as the decode kernel's default) or "fp8" (e4m3 dots, fp8_serves).
+PREFILL_COMPUTE = ("bf16", "f32", "fp8")
+# compute="fp8": q scaled per row by a power of two into [128, 256), P (in [0, 1]) by 2^8:
+# both well inside e4m3's range (max 448), so the saturating fp8 casts never saturate.
+_Q_LOG2_TOP = 7
+_P_LOG2 = 8
 # tl.dot's smallest M / N.
 _MIN_BLOCK = 16
 
@@ -69,6 +76,44 @@ class PrefillConfig:
         raise ValueError(f"{name} must be a power of two >= {_MIN_BLOCK}, got {n}")
 
 
+def fp8_serves(plan: KVPlan) -> bool:
+  """Whether compute="fp8" takes this K / V operand: e4m3 codes whose factor does not vary
+  along D (per tensor, or per token and head: blocks of D), so that the codes themselves
+  are the fp8 dot's operand and the factor multiplies the score / P columns."""
+  return plan.elem is E4M3 and (plan.kind == "tensor"
+                                or (plan.kind == "block" and plan.block_len == plan.dim))
+
+
+def _log2_floor(x):
+  """floor(log2(x)) of float32 x > 0 (normals; -127 for 0 and subnormals), integer ops."""
+  bits = lax.bitcast_convert_type(x, jnp.uint32)
+  return ((bits >> jnp.uint32(23)) & jnp.uint32(0xFF)).astype(jnp.int32) - 127
+
+
+def _exp2(e):
+  """float32 2^e for int32 e, clipped to the normal range (integer ops: exact)."""
+  field = (jnp.clip(e, -126, 127) + 127).astype(jnp.uint32) << jnp.uint32(23)
+  return lax.bitcast_convert_type(field, jnp.float32)
+
+
+def _load_e4m3(plan: KVPlan, refs, rows_off, valid, block: int):
+  """compute="fp8": the (block, D) e4m3 codes of the block's rows as float8_e4m3fn (0 past
+  the length: masked loads read 0), the per-position float32 factor (block,) or None (0
+  past the length) and the scalar factor or None."""
+  words_ref, scales_ref, ts_ref = refs
+  dim, pw = plan.dim, plan.per_word
+  d = lax.iota(jnp.int32, dim)
+  mask = jnp.broadcast_to(valid[:, None], (block, dim))
+  words = plgpu.load(words_ref.at[(rows_off * (dim // pw))[:, None] + (d // pw)[None, :]],
+                     mask=mask, other=0)
+  codes = unpack.word_codes(words, E4M3, (d % pw)[None, :]).astype(jnp.uint8)
+  x = lax.bitcast_convert_type(codes, jnp.float8_e4m3fn)
+  if plan.kind == "tensor":
+    return x, None, ts_ref[0]
+  pos_f = jnp.where(valid, plgpu.load(scales_ref.at[rows_off], mask=valid, other=0), 0.0)
+  return x, pos_f, None
+
+
 def _next_pow2(n: int) -> int:
   return 1 << max(0, (int(n) - 1).bit_length())
 
@@ -78,7 +123,7 @@ def prefill_config(rows: int, dim: int, compute: str = "bf16") -> PrefillConfig:
   positions with 8 warps for D <= 128 on the bf16 dots (JAX's Triton flash attention uses
   128 x 128, 4-8 warps); halved for D = 256 and for the float32 dots, whose tiles live in
   registers; block_q no larger than the rows (>= 16)."""
-  big = dim <= 128 and compute == "bf16"
+  big = dim <= 128 and compute != "f32"
   block_q = min(128 if big else 64, max(_MIN_BLOCK, _next_pow2(rows)))
   block_k = 64 if dim <= 128 else 32
   return PrefillConfig(block_q=block_q, block_k=block_k,
@@ -112,7 +157,15 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
   q_off = (q_row * dim)[:, None] + d[None, :]
   q_mask = jnp.broadcast_to(row_ok[:, None], (block_q, dim))
   q = plgpu.load(q_ref.at[q_off], mask=q_mask, other=0)
-  q = q.astype(jnp.bfloat16 if compute == "bf16" else jnp.float32)
+  if compute == "fp8":
+    # q per row (token, head) times 2^(7 - floor(log2 amax)): |q| < 256, exact; then e4m3
+    # (round to nearest even); the scores are multiplied back by the inverse power of two.
+    qf = q.astype(jnp.float32)
+    e_q = _log2_floor(jnp.max(jnp.abs(qf), axis=1))
+    q = (qf * _exp2(_Q_LOG2_TOP - e_q)[:, None]).astype(jnp.float8_e4m3fn)
+    q_inv = _exp2(e_q - _Q_LOG2_TOP)
+  else:
+    q = q.astype(jnp.bfloat16 if compute == "bf16" else jnp.float32)
   # Padding rows see nothing (position -1), so they never extend the loop.
   qpos = plgpu.load(qpos_ref.at[jnp.where(row_ok, b * tq + t, 0)], mask=row_ok, other=-1)
   length = jnp.clip(plgpu.load(len_ref.at[b]), 0, capacity)
@@ -128,7 +181,14 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
                                  paged=paged, table_ref=table_ref, pages=pages,
                                  page_size=page_size, pool_pages=pool_pages)
     scale = jnp.float32(sm_scale)
-    if k_split:
+    if compute == "fp8":
+      kb, k_pos, k_scalar = _load_e4m3(kplan, k_refs, rows_off, valid, block_k)
+      s = jnp.dot(q, kb.T, preferred_element_type=jnp.float32) * q_inv[:, None]
+      if k_pos is not None:
+        s = s * k_pos[None, :]
+      if k_scalar is not None:
+        scale = k_scalar * scale
+    elif k_split:
       kb, k_pos, k_scalar = load_kv_split(kplan, k_refs, rows_off, valid, block_k)
       s = jnp.dot(q, kb.T, preferred_element_type=jnp.float32)
       if k_pos is not None:
@@ -150,7 +210,20 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
     alpha = jnp.exp(m - m_safe)
     p = jnp.exp(s - m_safe[:, None])
     l = alpha * l + jnp.sum(p, axis=1)
-    if v_split:
+    if compute == "fp8":
+      vb, v_pos, v_scalar = _load_e4m3(vplan, v_refs, rows_off, valid, block_k)
+      back = jnp.float32(2.0 ** -_P_LOG2)
+      pp = p
+      if v_pos is not None:
+        # V's per-position factors into P, over a power of two >= their block max: < 1
+        e_v = _log2_floor(jnp.max(v_pos)) + 1
+        pp = p * (v_pos * _exp2(-e_v))[None, :]
+        back = back * _exp2(e_v)
+      p8 = (pp * jnp.float32(2.0 ** _P_LOG2)).astype(jnp.float8_e4m3fn)
+      pv = jnp.dot(p8, vb, preferred_element_type=jnp.float32) * back
+      if v_scalar is not None:
+        pv = pv * v_scalar
+    elif v_split:
       vb, v_pos, v_scalar = load_kv_split(vplan, v_refs, rows_off, valid, block_k)
       pp = p if v_pos is None else p * v_pos[None, :]
       pv = jnp.dot(pp.astype(jnp.bfloat16), vb, preferred_element_type=jnp.float32)
@@ -196,6 +269,9 @@ def prefill_pallas(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan
   paged = table is not None
   pages = table.shape[1] if paged else 1
   bf16 = config.compute == "bf16"
+  if config.compute == "fp8" and not (fp8_serves(kplan) and fp8_serves(vplan)):
+    raise ValueError(f"compute='fp8' takes e4m3 K / V per tensor or per token and head, got "
+                     f"{kplan.kind} / {vplan.kind}")
   operands = [q.reshape(-1), qpos.astype(jnp.int32).reshape(-1), kv_len.astype(jnp.int32)]
   if paged:
     operands.append(table.astype(jnp.int32).reshape(-1))
