@@ -26,12 +26,14 @@ instead, in the same run:
   matmul_bf16     a bfloat16 (M, K) @ (K, N) matmul, float32 accumulation: the measured
                   matrix rate (TFLOP/s) behind every prefill row's FLOP floor;
   cudnn_bf16      jax.nn.dot_product_attention(..., is_causal, implementation="cudnn");
+  cudnn_fp8       cudnn's FP8 flash attention over e4m3 q / k / v (cast beforehand, untimed;
+                  jax._src.cudnn.fused_attention_stablehlo, use_fp8, unit scales);
   jax_pallas_mha  JAX's Pallas Triton flash attention (jax.experimental.pallas.ops.gpu.
                   attention.mha; K / V repeated to Hq heads beforehand for GQA, untimed);
   jax_mgpu        JAX's Mosaic GPU flash attention (attention_mgpu.attention; GPU only);
   xla_bf16        jax.nn.dot_product_attention(..., implementation="xla");
   pf_<case>       fp8lab.attention(..., implementation="pallas", compute=...) over the KV
-                  format of PREFILL_CASES (the prefill kernel).
+                  format of PREFILL_CASES (the prefill kernel; *_fp8: compute="fp8").
 Prefill rows carry flops (4 B Hq D times the (query, key) pairs attended: S^2, or S (S + 1)
 / 2 causal), TFLOPs, flop_floor_us (those flops at the matmul row's rate) and
 pct_flop_floor.
@@ -110,7 +112,7 @@ SIZES = {
     "prefill_h8_s8k": Size(1, 8192, 8, 8, 128, q_len=8192),
     "prefill_h8_s8k_causal": Size(1, 8192, 8, 8, 128, q_len=8192, causal=True),
     "gqa_h32_s8k": Size(1, 8192, 32, 8, 128, q_len=8192, causal=True,
-                        cases=("pf_e4m3_block", "pf_nvfp4", "pf_bf16")),
+                        cases=("pf_e4m3_block", "pf_nvfp4", "pf_bf16", "pf_e4m3_block_fp8")),
     "feather_h1_s8k_d256": Size(1, 8192, 1, 1, 256, q_len=8192,
                                 cases=("pf_e5m2", "pf_e4m3_block", "pf_bf16")),
     "prefill_smoke": Size(1, 256, 4, 2, 64, q_len=256, causal=True),
@@ -162,11 +164,14 @@ PREFILL_CASES: dict[str, Case] = {
     "pf_mxfp4": Case("mxfp4", compute="bf16"),
     "pf_e5m2": Case("e5m2", compute="bf16"),
     "pf_bf16": Case(None, compute="bf16"),
+    "pf_e4m3_block_fp8": Case("e4m3_block", compute="fp8"),
+    "pf_e4m3_fp8": Case("e4m3", compute="fp8"),
     "pf_e4m3_block_f32": Case("e4m3_block", compute="f32"),
 }
 PREFILL_DEFAULT = tuple(c for c in PREFILL_CASES if not c.endswith("_f32"))
-PREFILL_BASELINES = ("matmul_bf16", "cudnn_bf16", "jax_pallas_mha", "jax_mgpu", "xla_bf16")
-_GPU_ONLY = ("cudnn_bf16", "jax_mgpu")
+PREFILL_BASELINES = ("matmul_bf16", "cudnn_bf16", "cudnn_fp8", "jax_pallas_mha", "jax_mgpu",
+                     "xla_bf16")
+_GPU_ONLY = ("cudnn_bf16", "cudnn_fp8", "jax_mgpu")
 PAGE_SIZE = 64
 
 _SIZES = flags.DEFINE_list("sizes", None, f"sizes; valid: {', '.join(SIZES)} (default: the GPU "
@@ -216,6 +221,14 @@ def _prefill_baseline(name: str, interpret: bool, size: Size) -> Callable[..., A
     impl = name.split("_")[0]
     return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=size.causal,
                                                         implementation=impl)
+  if name == "cudnn_fp8":
+    # pylint: disable-next=g-import-not-at-top
+    from jax._src.cudnn import fused_attention_stablehlo as fas
+    one = jnp.ones((1, 1, 1, 1), jnp.float32)
+    params = {key: one for key in fas.fp8_params_keys}
+    mask = fas.MaskType.CAUSAL if size.causal else fas.MaskType.NO_MASK
+    return lambda q, k, v: fas.dot_product_attention(
+        q, k, v, fp8_params=params, scale=sm_scale, mask_type=mask, use_fp8=True)[0]
   if name == "jax_pallas_mha":
     # pylint: disable-next=g-import-not-at-top
     from jax.experimental.pallas.ops.gpu import attention as pallas_attention
@@ -240,6 +253,9 @@ def prefill_baseline_args(name: str, size: Size, base: list, seed: int) -> list:
     return [(jax.random.normal(keys[2 * i], (n, n), jnp.bfloat16),
              jax.random.normal(keys[2 * i + 1], (n, n), jnp.bfloat16))
             for i in range(len(base))]
+  if name == "cudnn_fp8":
+    f8 = jnp.float8_e4m3fn
+    return [(q.astype(f8), k.astype(f8), v.astype(f8)) for q, k, v in base]
   if name == "jax_pallas_mha" and size.q_heads != size.kv_heads:
     g = size.q_heads // size.kv_heads
     return [(q, jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)) for q, k, v in base]
@@ -367,7 +383,8 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
         if kind == "baseline" and size.prefill:
           op = baseline_op(what, interpret, size)
           args = prefill_baseline_args(what, size, base, seed=si + 101)
-          stored = nbytes(args[0][0]) * 3 if what == "matmul_bf16" else nbytes(base[0][1]) * 2
+          stored = (nbytes(args[0][0]) * 3 if what == "matmul_bf16" else
+                    nbytes(args[0][1]) * 2 if what == "cudnn_fp8" else nbytes(base[0][1]) * 2)
         elif kind == "baseline":
           op, args = baseline_op(what, interpret), base
           stored = nbytes(base[0][1]) * (1 if what == "copy" else 2)
