@@ -300,12 +300,15 @@ def _spoil(x, past):
                         hadamard=x.hadamard)
 
 
-@pytest.mark.parametrize("kfmt,vfmt,group,causal", [("mxfp4", "nvfp4", 8, True)] + _slow(
-    (None, "e4m3", 8, False), ("e4m3_block", "e5m2_block", 1, True), ("e4m3", "e5m2", 1, False),
-    ("mxfp8", "mxfp8_e5m2", 4, True)))
-def test_nan_past_lengths_never_read(kfmt, vfmt, group, causal):
+@pytest.mark.parametrize("kfmt,vfmt,group,causal,compute", [
+    ("mxfp4", "nvfp4", 8, True, "bf16"), ("e4m3", "e4m3_block", 4, True, "fp8")] + _slow(
+        (None, "e4m3", 8, False, "bf16"), ("e4m3_block", "e5m2_block", 1, True, "bf16"),
+        ("e4m3", "e5m2", 1, False, "bf16"), ("mxfp8", "mxfp8_e5m2", 4, True, "bf16"),
+        ("e4m3_block", "e4m3", 1, False, "fp8"), (None, "bf16", 4, True, "f32")))
+def test_nan_past_lengths_never_read(kfmt, vfmt, group, causal, compute):
   """NaN codes / scales (all-ones bytes; NaN in a plain array) past each row's length: the
-  output and lse are bit for bit those over a cache with zeros there, and finite."""
+  output and lse are bit for bit those over a cache with zeros there, and finite (each
+  compute mode)."""
   bsz, cap, hkv = SHAPE
   lengths = _lengths(bsz, cap)
   past = np.arange(cap)[None, :] >= lengths[:, None]
@@ -320,7 +323,7 @@ def test_nan_past_lengths_never_read(kfmt, vfmt, group, causal):
   dirty = [_spoil(x, past) for x in clean]
   q, qpos = _queries(19, group, causal, lengths)
   run = functools.partial(fp8lab.attention, q, kv_lengths=jnp.asarray(lengths), causal=causal,
-                          q_positions=qpos, return_lse=True, compute="bf16",
+                          q_positions=qpos, return_lse=True, compute=compute,
                           implementation="pallas", interpret=INTERPRET)
   (a, la), (b, lb) = run(*clean), run(*dirty)
   assert np.all(np.isfinite(np.asarray(b)))
@@ -427,8 +430,9 @@ def test_triton_lowering(fmt, compute):
   assert len(dots) == 2, dots
   if compute == "fp8":
     assert all("xf8E4M3FN> * tensor" in d for d in dots), dots
-    # fp_to_fp into e4m3 for q and P only; K / V codes are bitcast
+    # fp_to_fp into e4m3 for q and P only; K / V codes are loaded as bytes and bitcast
     assert len(re.findall(r"tt\.fp_to_fp [^\n]*-> tensor<\w+xf8E4M3FN>", ir)) == 2
+    assert len(re.findall(r"tt\.load [^\n]*x!tt\.ptr<i8>>", ir)) == 2
     return
   assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
   if compute == "bf16":

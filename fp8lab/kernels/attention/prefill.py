@@ -39,7 +39,6 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from fp8lab.formats import E4M3
-from fp8lab.kernels import unpack
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_refs,
                                          load_kv, load_kv_split, split_serves)
 
@@ -99,14 +98,14 @@ def _exp2(e):
 def _load_e4m3(plan: KVPlan, refs, rows_off, valid, block: int):
   """compute="fp8": the (block, D) e4m3 codes of the block's rows as float8_e4m3fn (0 past
   the length: masked loads read 0), the per-position float32 factor (block,) or None (0
-  past the length) and the scalar factor or None."""
-  words_ref, scales_ref, ts_ref = refs
-  dim, pw = plan.dim, plan.per_word
+  past the length) and the scalar factor or None. The words come as their bytes (code d
+  of a row is byte d: prefill_pallas bitcasts them), so a lane loads its code directly
+  (contiguous, vectorizable loads; no shift or mask)."""
+  bytes_ref, scales_ref, ts_ref = refs
+  dim = plan.dim
   d = lax.iota(jnp.int32, dim)
   mask = jnp.broadcast_to(valid[:, None], (block, dim))
-  words = plgpu.load(words_ref.at[(rows_off * (dim // pw))[:, None] + (d // pw)[None, :]],
-                     mask=mask, other=0)
-  codes = unpack.word_codes(words, E4M3, (d % pw)[None, :]).astype(jnp.uint8)
+  codes = plgpu.load(bytes_ref.at[(rows_off * dim)[:, None] + d[None, :]], mask=mask, other=0)
   x = lax.bitcast_convert_type(codes, jnp.float8_e4m3fn)
   if plan.kind == "tensor":
     return x, None, ts_ref[0]
@@ -275,7 +274,13 @@ def prefill_pallas(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan
   operands = [q.reshape(-1), qpos.astype(jnp.int32).reshape(-1), kv_len.astype(jnp.int32)]
   if paged:
     operands.append(table.astype(jnp.int32).reshape(-1))
-  operands += kv_leaves(k, kplan) + kv_leaves(v, vplan)
+  for x, plan in ((k, kplan), (v, vplan)):
+    leaves = kv_leaves(x, plan)
+    if config.compute == "fp8":
+      # uint32 words -> their bytes, little-endian: byte i of word w is code i (a free
+      # bitcast in XLA), so flat byte index = element index.
+      leaves[0] = lax.bitcast_convert_type(x.data, jnp.uint8).reshape(-1)
+    operands += leaves
   kernel = functools.partial(
       _kernel, kplan=kplan, vplan=vplan, paged=paged, kv_heads=kv_heads, group=group, tq=tq,
       capacity=capacity, page_size=page_size, pages=pages,
