@@ -98,12 +98,12 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   Returns:
     (B, Tq, Hq, D) in q's dtype (and the lse). A query that sees no key gets zeros.
 
-  Arithmetic: with compute "f32", both paths compute in float32: scores q K^T (IEEE
-  float32 products and sums), softmax with a running max, P V in float32. K / V positions
-  within the length but masked by causality are real cache data: a NaN there still reaches the output through
-  0 * NaN in P V, in both paths, as in any float32 attention. The kernel's dots are IEEE
-  float32 by default; FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16
-  parts on the tensor cores instead (docs/attention_kernel.md; not yet verified compiled).
+  Arithmetic: with compute "f32", both paths compute in float32: scores q K^T (IEEE float32 products
+  and sums), softmax with a running max, P V in float32. K / V positions within the length but
+  masked by causality are real cache data: a NaN there still reaches the output through 0 * NaN in P
+  V, in both paths, as in any float32 attention. The kernel's dots are IEEE float32 by default;
+  FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16 parts on the tensor cores
+  instead (docs/attention_kernel.md; not yet verified compiled).
 
   Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
   tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with
