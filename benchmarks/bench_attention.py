@@ -1,4 +1,5 @@
-"""The decode-attention benchmark: fp8lab.attention over a packed KV cache against bf16 decode.
+"""The attention benchmark: fp8lab.attention over a packed KV cache against bf16 attention,
+decode (Tq = 1) and prefill (Tq = S) sizes.
 
 Times, side by side in one run, one decode step (Tq = 1) of attention of q (B, 1, Hq, D)
 bfloat16 over a full cache of S positions (B, S, Hkv, D), for each size of SIZES:
@@ -20,8 +21,26 @@ floor_us (those bytes at this size's copy bandwidth) and % of copy bandwidth, by
 and (on a GPU, from the profiler) by device time, and speedup_vs_cudnn. Timing: R distinct
 input copies per compiled call, medians (benchmarks/timing.py, the GEMV's method).
 
+Prefill sizes (Size.q_len > 1: Tq = S, self-attention, causal or not; PREFILL_SIZES) time
+instead, in the same run:
+  matmul_bf16     a bfloat16 (M, K) @ (K, N) matmul, float32 accumulation: the measured
+                  matrix rate (TFLOP/s) behind every prefill row's FLOP floor;
+  cudnn_bf16      jax.nn.dot_product_attention(..., is_causal, implementation="cudnn");
+  cudnn_fp8       cudnn's FP8 flash attention over e4m3 q / k / v (cast beforehand, untimed;
+                  jax._src.cudnn.fused_attention_stablehlo, use_fp8, unit scales);
+  jax_pallas_mha  JAX's Pallas Triton flash attention (jax.experimental.pallas.ops.gpu.
+                  attention.mha; K / V repeated to Hq heads beforehand for GQA, untimed);
+  jax_mgpu        JAX's Mosaic GPU flash attention (attention_mgpu.attention; GPU only);
+  xla_bf16        jax.nn.dot_product_attention(..., implementation="xla");
+  pf_<case>       fp8lab.attention(..., implementation="pallas", compute=...) over the KV
+                  format of PREFILL_CASES (the prefill kernel; *_fp8: compute="fp8").
+Prefill rows carry flops (4 B Hq D times the (query, key) pairs attended: S^2, or S (S + 1)
+/ 2 causal), TFLOPs, flop_floor_us (those flops at the matmul row's rate) and
+pct_flop_floor.
+
 Usage:
   python benchmarks/bench_attention.py                     # smoke on a CPU, the grid on a GPU
+  python benchmarks/bench_attention.py --sizes=prefill_h8_s8k,prefill_h8_s8k_causal
   python benchmarks/bench_attention.py --sizes=b8_s32k --cases=e4m3_block,nvfp4
   python benchmarks/bench_attention.py --summarize=benchmarks/results/attention_....json
 """
@@ -57,11 +76,26 @@ from fp8lab.ops.attention import DOTS_ENV  # noqa: E402
 
 @dataclasses.dataclass(frozen=True)
 class Size:
+  """q_len 1: a decode step; q_len = seq: prefill (self-attention over the whole cache).
+  cases: the prefill cases run by default at this size (None: all of PREFILL_CASES)."""
   batch: int
   seq: int
   q_heads: int
   kv_heads: int
   dim: int
+  q_len: int = 1
+  causal: bool = False
+  cases: tuple[str, ...] | None = None
+
+  @property
+  def prefill(self) -> bool:
+    return self.q_len > 1
+
+  @property
+  def flops(self) -> int:
+    """The matmul flops of q K^T and P V over the (query, key) pairs attended."""
+    pairs = self.seq * (self.seq + 1) // 2 if self.causal else self.q_len * self.seq
+    return 4 * self.batch * self.q_heads * self.dim * pairs
 
 
 # The issue's targets (H200): B = 8, 32 query heads, 8 KV heads, D = 128; KV 8K / 32K / 128K;
@@ -72,9 +106,20 @@ SIZES = {
     "b8_s8k": Size(8, 8192, 32, 8, 128),
     "b1_s128k": Size(1, 131072, 32, 8, 128),
     "smoke": Size(2, 256, 8, 2, 64),      # S: whole pages, and k_splits (16) of JAX gqa
+    # Prefill (issue 22): B = 1, 8 heads, S = 8192, D = 128, causal and not; Llama-style GQA
+    # (32 query / 8 KV heads) causal; Feather's configuration (1 head, e5m2) at D = 256, the
+    # largest D the kernel takes (Feather's own: D = 512).
+    "prefill_h8_s8k": Size(1, 8192, 8, 8, 128, q_len=8192),
+    "prefill_h8_s8k_causal": Size(1, 8192, 8, 8, 128, q_len=8192, causal=True),
+    "gqa_h32_s8k": Size(1, 8192, 32, 8, 128, q_len=8192, causal=True,
+                        cases=("pf_e4m3_block", "pf_nvfp4", "pf_bf16", "pf_e4m3_block_fp8")),
+    "feather_h1_s8k_d256": Size(1, 8192, 1, 1, 256, q_len=8192,
+                                cases=("pf_e5m2", "pf_e4m3_block", "pf_bf16")),
+    "prefill_smoke": Size(1, 256, 4, 2, 64, q_len=256, causal=True),
 }
 GPU_SIZES = ("b8_s32k", "b8_s128k", "b8_s8k", "b1_s128k")
 SMOKE_SIZES = ("smoke",)
+PREFILL_SIZES = tuple(n for n, z in SIZES.items() if z.prefill)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +129,7 @@ class Case:
   fmt: str | None
   paged: bool = False
   dots: str = "f32"
+  compute: str | None = None
 
   def quantize(self, x):
     if self.fmt is None:
@@ -110,6 +156,22 @@ CASES: dict[str, Case] = {
     "bf16_bf16x3": Case(None, dots="bf16x3"),
 }
 BASELINES = ("copy", "cudnn_bf16", "xla_bf16", "jax_pallas_gqa")
+# The prefill kernel's rows (fp8lab.attention, compute="bf16"; *_f32: the float32 dots).
+PREFILL_CASES: dict[str, Case] = {
+    "pf_e4m3_block": Case("e4m3_block", compute="bf16"),
+    "pf_e4m3": Case("e4m3", compute="bf16"),
+    "pf_nvfp4": Case("nvfp4", compute="bf16"),
+    "pf_mxfp4": Case("mxfp4", compute="bf16"),
+    "pf_e5m2": Case("e5m2", compute="bf16"),
+    "pf_bf16": Case(None, compute="bf16"),
+    "pf_e4m3_block_fp8": Case("e4m3_block", compute="fp8"),
+    "pf_e4m3_fp8": Case("e4m3", compute="fp8"),
+    "pf_e4m3_block_f32": Case("e4m3_block", compute="f32"),
+}
+PREFILL_DEFAULT = tuple(c for c in PREFILL_CASES if not c.endswith("_f32"))
+PREFILL_BASELINES = ("matmul_bf16", "cudnn_bf16", "cudnn_fp8", "jax_pallas_mha", "jax_mgpu",
+                     "xla_bf16")
+_GPU_ONLY = ("cudnn_bf16", "cudnn_fp8", "jax_mgpu")
 PAGE_SIZE = 64
 
 _SIZES = flags.DEFINE_list("sizes", None, f"sizes; valid: {', '.join(SIZES)} (default: the GPU "
@@ -117,6 +179,13 @@ _SIZES = flags.DEFINE_list("sizes", None, f"sizes; valid: {', '.join(SIZES)} (de
 _CASES = flags.DEFINE_list("cases", list(CASES), f"fp8lab cases; valid: {', '.join(CASES)}")
 _BASELINES = flags.DEFINE_list("baselines", list(BASELINES),
                                f"baseline rows; valid: {', '.join(BASELINES)}")
+_PREFILL_CASES = flags.DEFINE_list("prefill_cases", None, "fp8lab cases at prefill sizes "
+                                   f"(default: each size's own); valid: {', '.join(PREFILL_CASES)}")
+_PREFILL_BASELINES = flags.DEFINE_list("prefill_baselines",
+                                       [b for b in PREFILL_BASELINES if b != "xla_bf16"],
+                                       "baseline rows at prefill sizes (default: all but "
+                                       "xla_bf16, which materializes S x S scores); valid: "
+                                       f"{', '.join(PREFILL_BASELINES)}")
 _OUT = flags.DEFINE_string("out", None, "Results JSON (default benchmarks/results/...).")
 _REPS = flags.DEFINE_integer("reps", None, "Timed calls (default 20 on a GPU, 2 smoke).")
 _WARMUP = flags.DEFINE_integer("warmup", None, "Untimed calls first (default 3, 1 smoke).")
@@ -130,8 +199,10 @@ _SUMMARIZE = flags.DEFINE_string("summarize", None, "Print the table of a result
 
 # --- the ops --------------------------------------------------------------------------------
 
-def baseline_op(name: str, interpret: bool) -> Callable[..., Any]:
-  """Baseline `name` on (q, k, v) bfloat16."""
+def baseline_op(name: str, interpret: bool, size: Size | None = None) -> Callable[..., Any]:
+  """Baseline `name` on (q, k, v) bfloat16 (prefill baselines: at `size`)."""
+  if size is not None and size.prefill:
+    return _prefill_baseline(name, interpret, size)
   if name == "copy":
     return lambda q, k, v: k * jnp.asarray(1.5, k.dtype) + jnp.asarray(0.25, k.dtype)
   if name in ("cudnn_bf16", "xla_bf16"):
@@ -144,14 +215,64 @@ def baseline_op(name: str, interpret: bool) -> Callable[..., Any]:
   raise ValueError(f"unknown baseline {name!r}; valid: {', '.join(BASELINES)}")
 
 
-def fp8lab_op(case: Case, interpret: bool) -> Callable[..., Any]:
+def _prefill_baseline(name: str, interpret: bool, size: Size) -> Callable[..., Any]:
+  sm_scale = size.dim ** -0.5
+  if name == "matmul_bf16":
+    return lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+  if name in ("cudnn_bf16", "xla_bf16"):
+    impl = name.split("_")[0]
+    return lambda q, k, v: jax.nn.dot_product_attention(q, k, v, is_causal=size.causal,
+                                                        implementation=impl)
+  if name == "cudnn_fp8":
+    # pylint: disable-next=g-import-not-at-top
+    from jax._src.cudnn import fused_attention_stablehlo as fas
+    one = jnp.ones((1, 1, 1, 1), jnp.float32)
+    params = {key: one for key in fas.fp8_params_keys}
+    mask = fas.MaskType.CAUSAL if size.causal else fas.MaskType.NO_MASK
+    return lambda q, k, v: fas.dot_product_attention(
+        q, k, v, fp8_params=params, scale=sm_scale, mask_type=mask, use_fp8=True)[0]
+  if name == "jax_pallas_mha":
+    # pylint: disable-next=g-import-not-at-top
+    from jax.experimental.pallas.ops.gpu import attention as pallas_attention
+    return lambda q, k, v: pallas_attention.mha(q, k, v, None, sm_scale=sm_scale,
+                                                causal=size.causal, interpret=interpret)
+  if name == "jax_mgpu":
+    # pylint: disable-next=g-import-not-at-top
+    from jax.experimental.pallas.ops.gpu import attention_mgpu
+    cfg = attention_mgpu.TuningConfig(block_q=64, block_kv=128, max_concurrent_steps=2,
+                                      causal=size.causal)
+    return lambda q, k, v: attention_mgpu.attention(q, k, v, cfg)
+  raise ValueError(f"unknown prefill baseline {name!r}; valid: {', '.join(PREFILL_BASELINES)}")
+
+
+def prefill_baseline_args(name: str, size: Size, base: list, seed: int) -> list:
+  """The arguments of a prefill baseline: (a, b) square bfloat16 matrices for the matmul
+  (8192 on a GPU, 512 otherwise); K / V repeated to Hq heads for JAX's Pallas mha (which
+  has no GQA), outside the timed call; the inputs as they are otherwise."""
+  if name == "matmul_bf16":
+    n = 8192 if jax.default_backend() == "gpu" else 512
+    keys = jax.random.split(jax.random.key(seed), 2 * len(base))
+    return [(jax.random.normal(keys[2 * i], (n, n), jnp.bfloat16),
+             jax.random.normal(keys[2 * i + 1], (n, n), jnp.bfloat16))
+            for i in range(len(base))]
+  if name == "cudnn_fp8":
+    f8 = jnp.float8_e4m3fn
+    return [(q.astype(f8), k.astype(f8), v.astype(f8)) for q, k, v in base]
+  if name == "jax_pallas_mha" and size.q_heads != size.kv_heads:
+    g = size.q_heads // size.kv_heads
+    return [(q, jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)) for q, k, v in base]
+  return base
+
+
+def fp8lab_op(case: Case, interpret: bool, causal: bool = False) -> Callable[..., Any]:
   """fp8lab.attention on (q, k, v[, table]). The dot arithmetic is read from DOTS_ENV when
   the op is traced (compile_unrolled traces it once), so it is set around the call."""
   def op(q, k, v, table=None):
     old = os.environ.get(DOTS_ENV)
     os.environ[DOTS_ENV] = case.dots
     try:
-      return fp8lab.attention(q, k, v, block_tables=table, implementation="pallas",
+      return fp8lab.attention(q, k, v, block_tables=table, causal=causal,
+                              compute=case.compute, implementation="pallas",
                               interpret=interpret)
     finally:
       if old is None:
@@ -180,7 +301,7 @@ def make_inputs(size: Size, copies: int, seed: int):
   @jax.jit
   def make(key):
     k1, k2, k3 = jax.random.split(key, 3)
-    q = jax.random.normal(k1, (size.batch, 1, size.q_heads, size.dim), jnp.bfloat16)
+    q = jax.random.normal(k1, (size.batch, size.q_len, size.q_heads, size.dim), jnp.bfloat16)
     shape = (size.batch, size.seq, size.kv_heads, size.dim)
     return (q, jax.random.normal(k2, shape, jnp.bfloat16),
             jax.random.normal(k3, shape, jnp.bfloat16))
@@ -200,11 +321,12 @@ def time_row(op: Callable, args: list, *, reps: int, warmup: int) -> dict[str, A
 
 
 def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret, max_copies,
-                  mem_bytes, budget_s, smoke) -> dict[str, Any]:
+                  mem_bytes, budget_s, smoke, prefill_cases=None,
+                  prefill_baselines=PREFILL_BASELINES) -> dict[str, Any]:
   now = datetime.datetime.now(datetime.timezone.utc)
   doc: dict[str, Any] = {
-      "benchmark": "decode attention (fp8lab pallas over packed KV vs bf16 cudnn / XLA / "
-                   "JAX Pallas gqa)",
+      "benchmark": "attention (fp8lab pallas over packed KV vs bf16 cudnn / XLA / JAX Pallas "
+                   "gqa; prefill: vs cudnn / JAX Pallas mha / JAX Mosaic GPU, FLOP floor)",
       "date": now.isoformat(timespec="seconds"), "machine": machine_info(), "git": git_commit(),
       "smoke": smoke, "timing_method": timing.METHOD,
       "bytes_needed": "K and V as stored (packed words + scales + tensor scales; bfloat16 for "
@@ -212,8 +334,12 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
                       "its array read and written. GBps = bytes_needed / time; pct_copy = GBps "
                       "/ the copy row's GBps; floor_us = bytes_needed at the copy row's "
                       "bandwidth (floor_device_us, pct_copy_device: by device time on a GPU)",
+      "flops": "prefill rows: 4 B Hq D x (query, key) pairs attended (S^2; S (S + 1) / 2 "
+               "causal); TFLOPs = flops / time; flop_floor_us = flops at this size's "
+               "matmul_bf16 rate; pct_flop_floor = flop_floor_us / time",
       "settings": {"sizes": {s: dataclasses.asdict(SIZES[s]) for s in sizes}, "cases": cases,
-                   "baselines": baselines, "reps": reps, "warmup": warmup,
+                   "baselines": baselines, "prefill_cases": prefill_cases,
+                   "prefill_baselines": list(prefill_baselines), "reps": reps, "warmup": warmup,
                    "interpret": interpret, "max_copies": max_copies, "mem_bytes": mem_bytes,
                    "page_size": PAGE_SIZE},
       "rows": [], "skipped": [],
@@ -236,23 +362,36 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
     copies = 2 if smoke else timing.choose_copies(
         kv_bf16, l2_bytes=60 * 2**20, call_bytes=2 * 2**30, max_bytes=mem_bytes,
         max_copies=max_copies, min_copies=2)
+    if size.prefill:            # compute-bound: 2 - 4 copies, one call already leaves L2
+      copies = min(copies, 4)
     base = make_inputs(size, copies, seed=si + 1)
     copy_gbps = copy_dev_gbps = cudnn_us = cudnn_dev_us = None
-    units = [("baseline", b) for b in baselines] + [("fp8lab", c) for c in cases]
+    tflops_rate = None
+    if size.prefill:
+      pcases = list(prefill_cases or size.cases or PREFILL_DEFAULT)
+      units = ([("baseline", b) for b in prefill_baselines]
+               + [("fp8lab", c) for c in pcases])
+    else:
+      units = [("baseline", b) for b in baselines] + [("fp8lab", c) for c in cases]
     for kind, what in units:
       if budget_s and time.perf_counter() - t_start > budget_s:
         doc["skipped"].append(f"{name} {what}")
         continue
-      if what == "cudnn_bf16" and not gpu:
+      if what in _GPU_ONLY and not gpu:
         doc["skipped"].append(f"{name} {what} (GPU only)")
         continue
       row: dict[str, Any] = {"size": name, "op": what, "kind": kind, "copies": copies}
       try:
-        if kind == "baseline":
+        if kind == "baseline" and size.prefill:
+          op = baseline_op(what, interpret, size)
+          args = prefill_baseline_args(what, size, base, seed=si + 101)
+          stored = (nbytes(args[0][0]) * 3 if what == "matmul_bf16" else
+                    nbytes(args[0][1]) * 2 if what == "cudnn_fp8" else nbytes(base[0][1]) * 2)
+        elif kind == "baseline":
           op, args = baseline_op(what, interpret), base
           stored = nbytes(base[0][1]) * (1 if what == "copy" else 2)
         else:
-          case = CASES[what]
+          case = PREFILL_CASES[what] if size.prefill else CASES[what]
           args = [(q, case.quantize(k), case.quantize(v)) for q, k, v in base]
           stored = nbytes(args[0][1]) + nbytes(args[0][2])
           if case.paged:
@@ -261,7 +400,7 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
             table = jnp.asarray(perm.reshape(size.batch, -1))
             args = [(q, _paged(k, perm, PAGE_SIZE), _paged(v, perm, PAGE_SIZE), table)
                     for q, k, v in args]
-          op = fp8lab_op(case, interpret)
+          op = fp8lab_op(case, interpret, causal=size.causal)
       except Exception as e:  # pylint: disable=broad-except
         row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
         doc["rows"].append(row)
@@ -270,7 +409,7 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
         continue
       row.update(time_row(op, args, reps=reps, warmup=warmup))
       if row["status"] == "ok":
-        qo = 0 if what == "copy" else 2 * nbytes(base[0][0])
+        qo = 0 if what in ("copy", "matmul_bf16") else 2 * nbytes(base[0][0])
         row["bytes_needed"] = stored + qo if what != "copy" else 2 * stored
         row["GBps"] = row["bytes_needed"] / (row["time_us"] * 1e-6) / 1e9
         dev = row.get("device_us_per_op")
@@ -284,6 +423,18 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
         if dev and copy_dev_gbps:
           row["floor_device_us"] = row["bytes_needed"] / (copy_dev_gbps * 1e3)
           row["pct_copy_device"] = 100 * row["floor_device_us"] / dev
+        if size.prefill:
+          t_s = (row.get("device_us_per_op") or row["time_us"]) * 1e-6
+          if what == "matmul_bf16":
+            n = args[0][0].shape[0]
+            row["flops"] = 2 * n ** 3
+            tflops_rate = row["flops"] / t_s / 1e12
+          else:
+            row["flops"] = size.flops
+            if tflops_rate:
+              row["flop_floor_us"] = row["flops"] / (tflops_rate * 1e6)
+              row["pct_flop_floor"] = 100 * row["flop_floor_us"] / (t_s * 1e6)
+          row["TFLOPs"] = row["flops"] / t_s / 1e12
         if cudnn_us:
           row["speedup_vs_cudnn"] = cudnn_us / row["time_us"]
         if cudnn_dev_us and dev:
@@ -304,7 +455,7 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
 
 def format_table(doc: dict[str, Any]) -> str:
   lines = [f"{'size':>9} {'op':<18} {'time us':>10} {'dev us':>9} {'GB/s':>8} {'%copy':>6} "
-           f"{'floor':>8} {'%dev':>5} {'x cudnn':>7}", "-" * 88]
+           f"{'floor':>8} {'%dev':>5} {'x cudnn':>7} {'TFLOP/s':>8} {'%flop':>6}", "-" * 104]
   for r in doc["rows"]:
     if r.get("status") != "ok":
       lines.append(f"{r['size']:>9} {r['op']:<18} ERROR {r.get('error', '')[:60]}")
@@ -319,7 +470,9 @@ def format_table(doc: dict[str, Any]) -> str:
                  f"{(f'{pct:6.1f}' if pct else '     -')} "
                  f"{(f'{floor:8.1f}' if floor else '       -')} "
                  f"{(f'{pdev:5.0f}' if pdev else '    -')} "
-                 f"{(f'{sp:7.2f}' if sp else '      -')}")
+                 f"{(f'{sp:7.2f}' if sp else '      -')}"
+                 + (f" {r['TFLOPs']:8.1f}" if r.get("TFLOPs") else "")
+                 + (f" {r['pct_flop_floor']:6.1f}" if r.get("pct_flop_floor") else ""))
   m = doc.get("machine", {})
   lines.append(f"{m.get('device_kind')} jax {m.get('jax')}, commit "
                f"{str(doc.get('git', {}).get('commit'))[:10]}")
@@ -339,6 +492,8 @@ def main(argv: list[str]) -> None:
   with cli.usage_errors():
     cli.check_choices("case", _CASES.value, CASES)
     cli.check_choices("baseline", _BASELINES.value, BASELINES)
+    cli.check_choices("prefill case", _PREFILL_CASES.value or [], PREFILL_CASES)
+    cli.check_choices("prefill baseline", _PREFILL_BASELINES.value, PREFILL_BASELINES)
     sizes = _SIZES.value or list(SMOKE_SIZES if smoke else GPU_SIZES)
     cli.check_choices("size", sizes, SIZES)
   interpret = _INTERPRET.value if _INTERPRET.value is not None else backend == "cpu"
@@ -348,7 +503,8 @@ def main(argv: list[str]) -> None:
                       warmup=_WARMUP.value if _WARMUP.value is not None else (1 if smoke else 3),
                       interpret=interpret, max_copies=_MAX_COPIES.value,
                       mem_bytes=int(_MEM_GB.value * 2**30), budget_s=_TIME_BUDGET_S.value,
-                      smoke=smoke)
+                      smoke=smoke, prefill_cases=_PREFILL_CASES.value,
+                      prefill_baselines=_PREFILL_BASELINES.value)
   print()
   print(format_table(doc))
   print(f"\nresults: {out}")

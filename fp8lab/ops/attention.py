@@ -1,10 +1,12 @@
-"""attention: decode attention over a packed (FP8 / FP4) KV cache, and kv_cache_update.
+"""attention: decode and prefill attention over a packed (FP8 / FP4) KV cache, and
+kv_cache_update.
 
 Two implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "reference" (plain
-jnp in float32 over K / V dequantized by the golden model) and "pallas" (the split-K
-flash-decoding kernel of fp8lab/kernels/attention/). `implementation=None` takes the kernel
-on a GPU only for the KV kinds in `_KERNEL_DEFAULT` (those verified compiled; none yet), the
-reference elsewhere.
+jnp in float32 over K / V dequantized by the golden model) and "pallas": by shape and
+`compute`, the split-K flash-decoding kernel (fp8lab/kernels/attention/kernel.py) for few
+query rows per KV head (Tq * group <= DECODE_ROWS) or the flash-attention prefill kernel
+(prefill.py) for more. `implementation=None` takes the kernels on a GPU only for the KV kinds
+in `_KERNEL_DEFAULT` (those verified compiled; none yet), the reference elsewhere.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from fp8lab.ops import _op
 from fp8lab.ops.quantize import quantize as _quantize
 from fp8lab.quantized import QuantizedArray
 
-__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV"]
+__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "COMPUTES", "DECODE_ROWS"]
 
 HEAD_DIMS = (64, 128, 256)
 # attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
@@ -39,13 +41,21 @@ _KERNEL_DEFAULT: frozenset[str] = frozenset()
 # float32 dots) or "bf16x3" (exact bfloat16 parts on the tensor cores for the operands
 # kernels/attention.split_serves takes). Experimental until measured and tested compiled.
 DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
+# The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
+# kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
+# with float32 softmax and accumulation, "fp8" the prefill kernel's e4m3 q / P / K / V dots.
+COMPUTES = ("f32", "bf16", "fp8")
+# The most query rows per KV head (Tq * Hq / Hkv) that go to the decode kernel (one program
+# holds them all); more go to the prefill kernel. Not tuned on a GPU yet.
+DECODE_ROWS = 64
 # The position given to query rows that see every key (non-causal attention).
 _NO_LIMIT = np.iinfo(np.int32).max
 
 
 def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = False,
               q_positions=None, sm_scale: float | None = None, return_lse: bool = False,
-              implementation: str | None = None, interpret: bool = False):
+              compute: str | None = None, implementation: str | None = None,
+              interpret: bool = False):
   """Scaled dot-product attention of q over a (packed) KV cache: softmax(q K^T * sm_scale) V.
 
   Args:
@@ -66,31 +76,44 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       page block_tables[b, j] (JAX's paged_attention layout); capacity pages * page_size.
     causal, q_positions: with causal=True, q_positions (B, Tq) int32 gives each query
       token's cache position, and it attends to keys at positions <= it (speculative or
-      chunked decode). Without causal, every query token attends to all valid positions.
+      chunked decode, chunked prefill); without q_positions (allowed when Tq equals the
+      cache's capacity) query i sits at position i. Without causal, every query token
+      attends to all valid positions.
     sm_scale: the score scale (default 1 / sqrt(D)).
     return_lse: also return the log-sum-exp of the scaled scores, (B, Tq, Hq) float32
       (natural log; -inf for a query that sees no key).
+    compute: the kernels' arithmetic (COMPUTES): None (the kernel's own: "f32" for the
+      decode kernel, "bf16" for the prefill kernel), "f32" (IEEE float32 dots; the decode
+      kernel when Tq * Hq / Hkv <= DECODE_ROWS, else the prefill kernel's float32 mode),
+      "bf16" (the prefill kernel, any Tq: q, P and the K / V values not exact in bfloat16
+      rounded to bfloat16 (round to nearest even), bf16 x bf16 dots accumulated in float32,
+      float32 softmax; docs/attention_kernel.md section 5), "fp8" (the prefill kernel, any
+      Tq; e4m3 / e4m3_block (block D) K and V only: their codes into e4m3 x e4m3 -> float32
+      dots, q scaled per (token, head) by a power of two and rounded to e4m3, P times 2^8
+      (and V's per-token factors over a power of two) rounded to e4m3, float32 softmax and
+      accumulation). The reference path computes in float32 whatever compute says.
     implementation: None, "pallas" or "reference" (see the module docstring).
     interpret: run the Pallas kernel in interpret mode (CPU).
 
   Returns:
     (B, Tq, Hq, D) in q's dtype (and the lse). A query that sees no key gets zeros.
 
-  Arithmetic: both paths compute in float32: scores q K^T (IEEE float32 products and
-  sums), softmax with a running max, P V in float32. K / V positions within the length but
-  masked by causality are real cache data: a NaN there still reaches the output through
-  0 * NaN in P V, in both paths, as in any float32 attention. The kernel's dots are IEEE
-  float32 by default; FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16
-  parts on the tensor cores instead (docs/attention_kernel.md; not yet verified compiled).
+  Arithmetic: with compute "f32", both paths compute in float32: scores q K^T (IEEE float32 products
+  and sums), softmax with a running max, P V in float32. K / V positions within the length but
+  masked by causality are real cache data: a NaN there still reaches the output through 0 * NaN in P
+  V, in both paths, as in any float32 attention. The kernel's dots are IEEE float32 by default;
+  FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16 parts on the tensor cores
+  instead (docs/attention_kernel.md; not yet verified compiled).
 
   Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
   tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with
-  respect to q (through the reference path).
+  respect to q (through the float32 reference path, whichever kernel and compute run
+  forward; K / V get no gradient).
 
   Raises:
     TypeError / ValueError before tracing: bad shapes, dtypes, formats, axes, block shapes,
-    D, head counts, lengths or tables (when concrete), unknown implementation, the kernel
-    without a GPU and without interpret.
+    D, head counts, lengths or tables (when concrete), unknown implementation or compute,
+    compute="fp8" with other KV formats, the kernel without a GPU and without interpret.
   """
   q = _check_q(q)
   bsz, tq, hq, dim = q.shape
@@ -121,7 +144,10 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise TypeError(f"attention: causal must be a bool, got {causal!r}")
   if causal:
     if q_positions is None:
-      raise ValueError("attention: causal=True needs q_positions (B, Tq) int32")
+      if tq != capacity:
+        raise ValueError(f"attention: causal=True needs q_positions (B, Tq) int32 unless Tq "
+                         f"equals the cache capacity (Tq={tq}, capacity={capacity})")
+      q_positions = jnp.broadcast_to(jnp.arange(tq, dtype=jnp.int32), (bsz, tq))
     q_positions = _check_int(q_positions, "q_positions", (bsz, tq))
   elif q_positions is not None:
     raise ValueError("attention: q_positions goes with causal=True")
@@ -133,11 +159,19 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise ValueError(f"attention: sm_scale must be a finite Python float, got {sm_scale!r}")
   if not isinstance(return_lse, bool):
     raise TypeError(f"attention: return_lse must be a bool, got {return_lse!r}")
+  if compute is not None and compute not in COMPUTES:
+    raise ValueError(f"attention: compute must be None or one of {COMPUTES}, got {compute!r}")
+  if compute == "fp8" and not all(attn_kernel.fp8_serves(attn_kernel.kv_plan(x, dim))
+                                  for x in (k, v)):
+    raise ValueError("attention: compute='fp8' takes K and V in e4m3 per tensor or per token "
+                     "and head (\"e4m3\", \"e4m3_block\" with block_shape (D,)); use "
+                     "compute='bf16' for the other formats")
   impl = _resolve(implementation, interpret, k, v, dim)
   dots = os.environ.get(DOTS_ENV, "") or "f32"
   if dots not in attn_kernel.DOTS:
     raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
-  o, lse = _attention(impl, interpret, float(sm_scale), page_size, dots, q, k, v, kv_lengths,
+  mode = _kernel_mode(tq * (hq // hkv), compute, dots)
+  o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
   return (o, lse) if return_lse else o
 
@@ -239,6 +273,13 @@ def _resolve(implementation, interpret: bool, k, v, dim: int) -> str:
   return _op.resolve_implementation("attention", implementation, interpret)
 
 
+def _kernel_mode(rows: int, compute: str | None, dots: str) -> str:
+  """Which kernel and arithmetic "pallas" runs: "decode:<dots>" or "prefill:<compute>"."""
+  if compute in (None, "f32") and rows <= DECODE_ROWS:
+    return f"decode:{dots}"
+  return f"prefill:{compute or 'bf16'}"
+
+
 # ---------------------------------------------------------------------------- shared steps
 
 def _rotate_q(k, q32):
@@ -304,8 +345,34 @@ def _group_rows(tq: int, group: int) -> int:
   return max(attn_kernel.MIN_ROWS, 1 << max(0, (tq * group - 1).bit_length()))
 
 
-def _pallas_call(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v,
+def _prefill_call(interpret: bool, sm_scale: float, page_size: int, compute: str, q, k, v,
+                  kv_lengths, q_positions, table=None):
+  """The prefill kernel straight on (B, Tq, Hq, D): it reads q's rows and writes o's in
+  place (no transposes); a rotated K takes q rotated in float32 first, a rotated V a float32
+  output to rotate back."""
+  bsz, tq, hq, dim = q.shape
+  hkv = k.shape[2]
+  out_dtype = q.dtype
+  capacity = table.shape[1] * page_size if table is not None else k.shape[1]
+  rotated_v = isinstance(v, QuantizedArray) and v.hadamard is not None
+  if isinstance(k, QuantizedArray) and k.hadamard is not None:
+    q = _rotate_q(k, q.astype(jnp.float32))
+  cfg = attn_kernel.prefill_config(tq * (hq // hkv), dim, compute)
+  o, lse = attn_kernel.prefill_pallas(
+      q, q_positions, kv_lengths, table, k, v,
+      kplan=attn_kernel.kv_plan(k, dim), vplan=attn_kernel.kv_plan(v, dim), group=hq // hkv,
+      capacity=capacity, page_size=page_size, sm_scale=sm_scale, config=cfg,
+      out_dtype=jnp.dtype(jnp.float32 if rotated_v else out_dtype), interpret=interpret)
+  return _unrotate_o(v, o).astype(out_dtype), lse
+
+
+def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q, k, v,
                  kv_lengths, q_positions, table=None):
+  kind, arith = mode.split(":")
+  if kind == "prefill":
+    return _prefill_call(interpret, sm_scale, page_size, arith, q, k, v, kv_lengths,
+                         q_positions, table)
+  dots = arith
   bsz, tq, hq, dim = q.shape
   hkv = k.shape[2]
   group = hq // hkv
@@ -331,12 +398,12 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, dots: str, q,
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, dots: str):
+def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, mode: str):
   """The kernel call with a vmap rule. Query tokens attend independently given the cache,
   so a vmapped q / q_positions (the cache, lengths and table shared) folds into the query
   tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch per example
   (lax.map)."""
-  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, dots)
+  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
 
   @jax.custom_batching.custom_vmap
   def batched(q, k, v, kv_lengths, q_positions, table):
@@ -367,21 +434,21 @@ def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, dots: str)
   return batched
 
 
-def _pallas(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v, kv_lengths,
+def _pallas(interpret: bool, sm_scale: float, page_size: int, mode: str, q, k, v, kv_lengths,
             q_positions, table):
-  return _batched_pallas(interpret, sm_scale, page_size, dots)(q, k, v, kv_lengths,
+  return _batched_pallas(interpret, sm_scale, page_size, mode)(q, k, v, kv_lengths,
                                                                q_positions, table)
 
 
-def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, dots: str,
+def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, mode: str,
              q, k, v, kv_lengths, q_positions, table):
   if implementation == "reference":
     return _reference(sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
-  return _pallas(interpret, sm_scale, page_size, dots, q, k, v, kv_lengths, q_positions, table)
+  return _pallas(interpret, sm_scale, page_size, mode, q, k, v, kv_lengths, q_positions, table)
 
 
-def _reference_of(implementation, interpret, sm_scale, page_size, dots, *operands):
-  del implementation, interpret, dots
+def _reference_of(implementation, interpret, sm_scale, page_size, mode, *operands):
+  del implementation, interpret, mode
   return _reference(sm_scale, page_size, *operands)
 
 

@@ -1,6 +1,7 @@
-"""Pallas decode attention over a packed KV cache (fp8lab.attention's kernel): kernel.py has
-the split-K kernel, its launch and the log-sum-exp combine; docs/attention_kernel.md how it
-works and what it serves."""
+"""Pallas attention over a packed KV cache (fp8lab.attention's kernels): kernel.py has the
+split-K decode kernel, its launch and the log-sum-exp combine; prefill.py the flash-attention
+prefill kernel (Tq > 1); kv.py the K / V loads and decode both share;
+docs/attention_kernel.md how they work and what they serve."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ from fp8lab.kernels.attention.kernel import (DOTS, MIN_ROWS, AttentionConfig, KV
                                              attention_config, attention_pallas,
                                              attention_partials, combine, kv_plan, serves,
                                              split_bf16, split_serves)
+from fp8lab.kernels.attention.prefill import (PREFILL_COMPUTE, PrefillConfig, fp8_serves,
+                                              prefill_config, prefill_pallas)
 
 __all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "DOTS", "attention_config",
            "attention_pallas", "attention_partials", "combine", "kv_plan", "serves",
-           "split_bf16", "split_serves"]
+           "split_bf16", "split_serves", "PREFILL_COMPUTE", "PrefillConfig", "prefill_config",
+           "prefill_pallas", "fp8_serves"]

@@ -35,8 +35,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from fp8lab.formats import ElementFormat, get_format, get_quantized_format
-from fp8lab.kernels import device, unpack
+from fp8lab.kernels import device
+from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_plan,
+                                         kv_refs, load_kv, load_kv_split, serves,
+                                         split_serves)
 
 __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
            "attention_partials", "combine", "attention_pallas", "MIN_ROWS", "DOTS",
@@ -44,53 +46,7 @@ __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
 
 # tl.dot needs M >= 16: the query rows of a program are padded to a power of two >= 16.
 MIN_ROWS = 16
-_KERNEL_SCALINGS = ("tensor", "block", "mx", "nvfp4", "none")
 DOTS = ("f32", "bf16x3")
-
-
-@dataclasses.dataclass(frozen=True)
-class KVPlan:
-  """What the kernel needs to know about K or V (static, hashable).
-
-  kind: the registry scaling ("tensor", "block", "mx", "nvfp4", "none") or "float" for a
-    plain float array; elem: the element format (None for "float"); dim: D; block_len: the
-    elements per block scale (None without); float_dtype: a plain array's dtype name."""
-  kind: str
-  elem: ElementFormat | None
-  dim: int
-  block_len: int | None = None
-  float_dtype: str | None = None
-
-  @property
-  def per_word(self) -> int:
-    return 1 if self.elem is None else self.elem.per_word
-
-  @property
-  def has_scales(self) -> bool:
-    return self.kind in ("block", "mx", "nvfp4")
-
-  @property
-  def has_tensor_scale(self) -> bool:
-    return self.kind in ("tensor", "nvfp4")
-
-
-def serves(fmt: str, block_shape) -> bool:
-  """Whether the kernel takes a KV QuantizedArray of this format and block shape (1D blocks
-  only: per-token-head float32 scales and any 1D blockwise block, MX 32, NVFP4 1x16)."""
-  q = get_quantized_format(fmt)
-  if q.scaling not in _KERNEL_SCALINGS:
-    return False
-  return block_shape is None or len(block_shape) == 1
-
-
-def kv_plan(x, dim: int) -> KVPlan:
-  """The plan of a KV operand (a QuantizedArray quantized along D, or a plain float array)."""
-  fmt = getattr(x, "format", None)
-  if not isinstance(fmt, str):           # a jax.Array's `format` is its layout
-    return KVPlan("float", None, dim, float_dtype=jnp.dtype(x.dtype).name)
-  q = get_quantized_format(fmt)
-  block = x.block_shape[0] if x.block_shape else None
-  return KVPlan(q.scaling, get_format(x.element_format), dim, block)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,54 +85,6 @@ def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
   return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits))
 
 
-def _load_kv(plan: KVPlan, refs, rows_off, valid, block_s: int):
-  """The (block_s, D) float32 K or V values of the block's rows (row * Hkv + h in rows_off);
-  rows past the length are masked in every load and zeroed."""
-  words_ref, scales_ref, ts_ref = refs
-  dim = plan.dim
-  d = lax.iota(jnp.int32, dim)
-  mask = jnp.broadcast_to(valid[:, None], (block_s, dim))
-  if plan.kind == "float":
-    x = plgpu.load(words_ref.at[(rows_off * dim)[:, None] + d[None, :]], mask=mask, other=0)
-    x = x.astype(jnp.float32)
-  else:
-    pw = plan.per_word
-    dw = dim // pw
-    offs = (rows_off * dw)[:, None] + (d // pw)[None, :]
-    words = plgpu.load(words_ref.at[offs], mask=mask, other=0)
-    x = unpack.decode_codes(unpack.word_codes(words, plan.elem, (d % pw)[None, :]), plan.elem)
-    if plan.kind == "tensor":
-      x = x * ts_ref[0]
-    elif plan.has_scales:
-      nb = dim // plan.block_len
-      if nb == 1:
-        s = plgpu.load(scales_ref.at[rows_off], mask=valid, other=0)[:, None]
-      else:
-        soffs = (rows_off * nb)[:, None] + (d // plan.block_len)[None, :]
-        s = plgpu.load(scales_ref.at[soffs], mask=mask, other=0)
-      if plan.kind == "mx":
-        s = unpack.e8m0_scale_to_f32(s)
-      elif plan.kind == "nvfp4":                 # fl(s_e4m3 * S_dec), as the golden model
-        s = unpack.e4m3_scale_to_f16(s).astype(jnp.float32) * ts_ref[0]
-      x = x * s
-  return jnp.where(mask, x, 0.0)
-
-
-def split_serves(plan: KVPlan) -> bool:
-  """Whether the "bf16x3" dots take this operand as bfloat16 values that are exact: codes
-  of <= 4 significant bits times a power of two (MX) or times an E4M3 scale (NVFP4: <= 6
-  bits), with the per-tensor / per-token-head float32 factor (and NVFP4's S_dec) applied to
-  the products instead (one more rounding than the golden dequantize); bf16 storage as is.
-  Not: f16 / float32 values, float32 scales on blocks shorter than D."""
-  if plan.kind == "float":
-    return plan.float_dtype == "bfloat16"
-  if plan.kind == "none":
-    return plan.elem.name == "bf16"
-  if plan.kind == "block":
-    return plan.block_len == plan.dim
-  return True
-
-
 def _trunc_bf16(x):
   """x (float32) with its low 16 bits cleared: exact as a bfloat16 (integer ops only)."""
   bits = lax.bitcast_convert_type(x, jnp.uint32) & jnp.uint32(0xFFFF0000)
@@ -204,38 +112,6 @@ def _split_dot(parts, b):
   return acc
 
 
-def _load_kv_split(plan: KVPlan, refs, rows_off, valid, block_s: int):
-  """For the bf16x3 dots: (values (block_s, D) bfloat16, exact; per-position float32 factor
-  (block_s,) or None; scalar float32 factor or None), value = bf16 * position factor *
-  scalar factor. Rows past the length are masked and zeroed, their factors 0."""
-  words_ref, scales_ref, ts_ref = refs
-  dim = plan.dim
-  d = lax.iota(jnp.int32, dim)
-  mask = jnp.broadcast_to(valid[:, None], (block_s, dim))
-  pos_f = scalar = None
-  if plan.kind == "float":
-    x = plgpu.load(words_ref.at[(rows_off * dim)[:, None] + d[None, :]], mask=mask, other=0)
-    return jnp.where(mask, x, jnp.zeros_like(x)), None, None
-  pw = plan.per_word
-  offs = (rows_off * (dim // pw))[:, None] + (d // pw)[None, :]
-  words = plgpu.load(words_ref.at[offs], mask=mask, other=0)
-  x = unpack.decode_codes(unpack.word_codes(words, plan.elem, (d % pw)[None, :]), plan.elem)
-  if plan.kind == "tensor":
-    scalar = ts_ref[0]
-  elif plan.kind == "block":                       # block = D: one scale per position
-    pos_f = jnp.where(valid, plgpu.load(scales_ref.at[rows_off], mask=valid, other=0), 0.0)
-  elif plan.kind in ("mx", "nvfp4"):
-    nb = dim // plan.block_len
-    soffs = (rows_off * nb)[:, None] + (d // plan.block_len)[None, :]
-    c = plgpu.load(scales_ref.at[soffs], mask=mask, other=0)
-    if plan.kind == "mx":
-      x = x * unpack.e8m0_scale_to_f32(c)          # exact: a power of two
-    else:
-      x = x * unpack.e4m3_scale_to_f16(c).astype(jnp.float32)    # exact: <= 6 bits
-      scalar = ts_ref[0]
-  return jnp.where(mask, x, 0.0).astype(jnp.bfloat16), pos_f, scalar
-
-
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, rows: int,
             capacity: int, page_size: int, pages: int, split_len: int, n_splits: int,
             sm_scale: float, block_s: int, k_split: bool, v_split: bool, pool_pages: int):
@@ -243,13 +119,7 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   q_ref, qpos_ref, len_ref = next(it), next(it), next(it)
   table_ref = next(it) if paged else None
 
-  def kv_refs(plan):
-    words = next(it)
-    scales = next(it) if plan.has_scales else None
-    ts = next(it) if plan.has_tensor_scale else None
-    return words, scales, ts
-
-  k_refs, v_refs = kv_refs(kplan), kv_refs(vplan)
+  k_refs, v_refs = kv_refs(it, kplan), kv_refs(it, vplan)
   o_ref, m_ref, l_ref = next(it), next(it), next(it)
   dim = kplan.dim
 
@@ -272,23 +142,17 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
     o, m, l = carry
     pos = start + i * block_s + lax.iota(jnp.int32, block_s)
     valid = pos < end
-    if paged:
-      page = plgpu.load(table_ref.at[b * pages + pos // page_size], mask=valid, other=0)
-      # A traced table is not checked: an entry outside the pool reads its last page
-      # instead of faulting (the op checks concrete tables).
-      page = jnp.clip(page, 0, pool_pages - 1)
-      row = page * page_size + pos % page_size
-    else:
-      row = b * capacity + pos
-    rows_off = jnp.where(valid, row * kv_heads + h, 0)
+    rows_off = cache_row_offsets(pos, valid, b, h, kv_heads=kv_heads, capacity=capacity,
+                                 paged=paged, table_ref=table_ref, pages=pages,
+                                 page_size=page_size, pool_pages=pool_pages)
     if k_split:
-      kb, k_pos, k_scalar = _load_kv_split(kplan, k_refs, rows_off, valid, block_s)
+      kb, k_pos, k_scalar = load_kv_split(kplan, k_refs, rows_off, valid, block_s)
       s = _split_dot(q_parts, kb.T)
       if k_pos is not None:
         s = s * k_pos[None, :]
       s = s * (jnp.float32(sm_scale) if k_scalar is None else k_scalar * jnp.float32(sm_scale))
     else:
-      k = _load_kv(kplan, k_refs, rows_off, valid, block_s)
+      k = load_kv(kplan, k_refs, rows_off, valid, block_s)
       s = jnp.dot(q, k.T, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
       s = s * jnp.float32(sm_scale)
     keep = valid[None, :] & (pos[None, :] <= qpos[:, None])
@@ -299,12 +163,12 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
     p = jnp.exp(s - m_safe[:, None])
     l = alpha * l + jnp.sum(p, axis=1)
     if v_split:
-      vb, v_pos, v_scalar = _load_kv_split(vplan, v_refs, rows_off, valid, block_s)
+      vb, v_pos, v_scalar = load_kv_split(vplan, v_refs, rows_off, valid, block_s)
       pv = _split_dot(split_bf16(p if v_pos is None else p * v_pos[None, :]), vb)
       if v_scalar is not None:
         pv = pv * v_scalar
     else:
-      v = _load_kv(vplan, v_refs, rows_off, valid, block_s)
+      v = load_kv(vplan, v_refs, rows_off, valid, block_s)
       pv = jnp.dot(p, v, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
     return alpha[:, None] * o + pv, m_new, l
 
@@ -316,17 +180,6 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   plgpu.store(o_ref.at[((part * rows + r) * dim)[:, None] + d[None, :]], o)
   plgpu.store(m_ref.at[part * rows + r], m)
   plgpu.store(l_ref.at[part * rows + r], l)
-
-
-def _kv_leaves(x, plan: KVPlan) -> list[jax.Array]:
-  if plan.kind == "float":
-    return [x.reshape(-1)]
-  out = [x.data.reshape(-1)]
-  if plan.has_scales:
-    out.append(x.scales.reshape(-1))
-  if plan.has_tensor_scale:
-    out.append(jnp.asarray(x.tensor_scale, jnp.float32).reshape(1))
-  return out
 
 
 def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan,
@@ -349,7 +202,7 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
   operands = [q_in.reshape(-1), qpos.reshape(-1), kv_len.astype(jnp.int32)]
   if paged:
     operands.append(table.astype(jnp.int32).reshape(-1))
-  operands += _kv_leaves(k, kplan) + _kv_leaves(v, vplan)
+  operands += kv_leaves(k, kplan) + kv_leaves(v, vplan)
   n_parts = bsz * kv_heads * n_splits
   kernel = functools.partial(
       _kernel, kplan=kplan, vplan=vplan, paged=paged, kv_heads=kv_heads, rows=rows,
