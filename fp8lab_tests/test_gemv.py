@@ -716,7 +716,7 @@ def _scaled_integer_case(name: str, batch: int, seed: int, xdt, default_decodes=
 
 @pytest.mark.parametrize("name,xdt,batch,batch_block,k_splits", grid(
     ["e4m3", "mxfp4", "mxfp8", "nvfp4", "bf16"], [jnp.float32, jnp.float16],
-    [(20, 8, 1), (64, 16, 2), (64, 32, 1), (9, 4, 1)]))
+    [(20, 8, 1), (64, 16, 2), (64, 32, 1), (9, 4, 1)], cover=True))
 def test_batch_blocks_give_the_same_exact_sums(name, xdt, batch, batch_block, k_splits):
   """A batch in blocks of x rows (GemvConfig.batch_block: a program per block and row block,
   with K splits too) on small integers, each x row scaled by its own power of two (each
@@ -764,7 +764,7 @@ def test_batch_blocks_with_the_mx_exact_path():
 
 @pytest.mark.parametrize("pw,layout,xdt,n_b,bp,bb,tw", grid(
     [(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")],
-    [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)]))
+    [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)], cover=True))
 def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp, bb, tw):
   """_prep_x_pallas (gemv_launch's x preparation on a GPU from 16 rows on) writes the bits
   of XLA's _prep_x: x of raw bit patterns (subnormals, Inf and NaN; one row of normal
