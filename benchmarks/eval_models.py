@@ -129,7 +129,9 @@ def spearman(a, b) -> float:
 
 
 def _linear_bytes(params, names, head: bool) -> int:
-  layers = [{n: layer[n] for n in names} for layer in params["layers"]]
+  """Bytes of the linear weights as stored (biases excluded)."""
+  layers = [{n: layer[n]["w"] if isinstance(layer[n], dict) else layer[n] for n in names}
+            for layer in params["layers"]]
   return common.tree_nbytes(layers) + (common.tree_nbytes(params["head"]) if head else 0)
 
 
@@ -189,11 +191,11 @@ def eval_minilm(wfs, emit) -> list[dict[str, Any]]:
 def _smollm_inputs(seed: int):
   if _TINY.value:
     return tiny.LLAMA, llama.random_params(tiny.LLAMA, seed), tiny.bpe(), tiny.background(seed)
-  reader, tensors = loaders.read_gguf(fetch.path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
-  cfg = llama.LlamaConfig.from_gguf(reader)
+  meta, tensors = loaders.read_gguf(fetch.path("smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"))
+  cfg = llama.LlamaConfig.from_gguf(meta)
   params = llama.load_gguf_params(tensors, cfg)
   del tensors
-  tok = tokenizers.ByteLevelBPE.from_gguf(reader)
+  tok = tokenizers.ByteLevelBPE.from_gguf(meta)
   return cfg, params, tok, loaders.read_lee_background(fetch.path("lee", "lee_background.cor"))
 
 

@@ -51,14 +51,15 @@ class LlamaConfig:
     return self.hidden // self.heads
 
   @classmethod
-  def from_gguf(cls, reader) -> "LlamaConfig":
-    def f(key):
-      return reader.fields[key].contents()
-    return cls(int(f("llama.embedding_length")), int(f("llama.attention.head_count")),
-               int(f("llama.attention.head_count_kv")), int(f("llama.block_count")),
-               int(f("llama.feed_forward_length")), int(f("llama.vocab_size")),
-               float(f("llama.rope.freq_base")),
-               float(f("llama.attention.layer_norm_rms_epsilon")))
+  def from_gguf(cls, meta: dict) -> "LlamaConfig":
+    """From a GGUF file's metadata (loaders.read_gguf_metadata) of architecture llama."""
+    if meta.get("general.architecture") != "llama":
+      raise ValueError(f"not a llama GGUF: {meta.get('general.architecture')!r}")
+    return cls(int(meta["llama.embedding_length"]), int(meta["llama.attention.head_count"]),
+               int(meta["llama.attention.head_count_kv"]), int(meta["llama.block_count"]),
+               int(meta["llama.feed_forward_length"]), int(meta["llama.vocab_size"]),
+               float(meta["llama.rope.freq_base"]),
+               float(meta["llama.attention.layer_norm_rms_epsilon"]))
 
 
 def load_gguf_params(tensors: dict[str, np.ndarray], cfg: LlamaConfig) -> dict:

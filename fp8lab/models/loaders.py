@@ -17,7 +17,8 @@ import struct
 import ml_dtypes
 import numpy as np
 
-__all__ = ["read_safetensors", "read_gguf", "gguf_reader", "read_lee", "read_lee_background"]
+__all__ = ["read_safetensors", "read_gguf", "gguf_reader", "read_gguf_metadata", "read_lee",
+           "read_lee_background"]
 
 _ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16,
               "F64": np.float64, "I64": np.int64, "I32": np.int32, "U8": np.uint8}
@@ -50,7 +51,7 @@ def gguf_reader(path: str):
 
 
 def read_gguf(path: str):
-  """(reader, {tensor name: float32 array in numpy's row-major (rows = GGUF ne1) order})."""
+  """(metadata, {tensor name: float32 array in numpy's row-major (rows = GGUF ne1) order})."""
   import gguf  # pylint: disable=g-import-not-at-top
   reader = gguf_reader(path)
   tensors = {}
@@ -58,11 +59,47 @@ def read_gguf(path: str):
     shape = tuple(int(d) for d in reversed(t.shape))       # GGUF lists ne0 (fastest) first
     w = gguf.quants.dequantize(t.data, t.tensor_type)
     tensors[t.name] = np.ascontiguousarray(w.reshape(shape), dtype=np.float32)
-  return reader, tensors
+  return read_gguf_metadata(path), tensors
 
 
-def gguf_metadata(reader, key: str):
-  return reader.fields[key].contents()
+# GGUF value types (the gguf spec's GGUFValueType) -> struct codes; 8 string, 9 array.
+_GGUF_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q",
+                 11: "q", 12: "d"}
+
+
+def read_gguf_metadata(path: str) -> dict:
+  """A GGUF file's key-value metadata (v2 / v3, little-endian), without the `gguf` package:
+  its reader parses each of 49152 token strings into numpy views, seconds for a tokenizer;
+  this reads the header alone, in well under a second."""
+  with open(path, "rb") as f:
+    if f.read(4) != b"GGUF":
+      raise ValueError(f"{path}: not a GGUF file")
+    version, _, n_kv = struct.unpack("<IQQ", f.read(20))
+    if version < 2:
+      raise ValueError(f"{path}: GGUF version {version} (only 2 and 3 are read)")
+
+    def string():
+      (n,) = struct.unpack("<Q", f.read(8))
+      return f.read(n).decode("utf-8", errors="replace")
+
+    def value(vtype):
+      if vtype == 8:
+        return string()
+      if vtype == 9:
+        etype, n = struct.unpack("<IQ", f.read(12))
+        if etype in _GGUF_SCALARS:
+          code = _GGUF_SCALARS[etype]
+          return list(struct.unpack(f"<{n}{code}", f.read(n * struct.calcsize(code))))
+        return [value(etype) for _ in range(n)]
+      code = _GGUF_SCALARS[vtype]
+      return struct.unpack("<" + code, f.read(struct.calcsize(code)))[0]
+
+    meta = {}
+    for _ in range(n_kv):
+      key = string()
+      (vtype,) = struct.unpack("<I", f.read(4))
+      meta[key] = value(vtype)
+  return meta
 
 
 def read_lee(docs_path: str, sims_path: str) -> tuple[list[str], np.ndarray]:

@@ -164,18 +164,16 @@ class ByteLevelBPE:
     self._cache: dict[str, list[int]] = {}
 
   @classmethod
-  def from_gguf(cls, reader) -> "ByteLevelBPE":
-    """From a gguf.GGUFReader's tokenizer.ggml.* fields (model "gpt2", pre "smollm")."""
-    def field(name):
-      f = reader.fields[name]
-      return f.contents()
-    model = field("tokenizer.ggml.model")
+  def from_gguf(cls, meta: dict) -> "ByteLevelBPE":
+    """From a GGUF file's metadata (loaders.read_gguf_metadata): tokenizer.ggml.* of model
+    "gpt2" (byte-level BPE)."""
+    model = meta["tokenizer.ggml.model"]
     if model != "gpt2":
       raise ValueError(f"GGUF tokenizer model {model!r}: only byte-level BPE ('gpt2') is read")
-    tokens = field("tokenizer.ggml.tokens")
-    types = field("tokenizer.ggml.token_type")
+    tokens = meta["tokenizer.ggml.tokens"]
+    types = meta["tokenizer.ggml.token_type"]
     control = [t for t, ty in zip(tokens, types) if ty == 3]     # llama.cpp: 3 = CONTROL
-    return cls(tokens, field("tokenizer.ggml.merges"), control)
+    return cls(tokens, meta["tokenizer.ggml.merges"], control)
 
   @staticmethod
   def pre_tokenize(text: str) -> list[str]:
