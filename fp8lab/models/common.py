@@ -10,6 +10,7 @@ float32 in every format: they are gathers and elementwise ops, not GEMVs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -94,17 +95,27 @@ def kv_formats(head_dim: int) -> list[KVFormat]:
   return out
 
 
+@functools.lru_cache(maxsize=None)
+def _quantizer(fmt: str, block_shape, scale_mode, hadamard, stochastic: bool):
+  """fp8lab.quantize for one format, jitted whole: eagerly, its golden model dispatches
+  op by op (about a second per weight on the CPU); jitted, one compile per weight shape."""
+  def run(w, key):
+    return fp8lab.quantize(w, fmt, axis=-1, block_shape=block_shape, scale_mode=scale_mode,
+                           hadamard=hadamard, rounding="stochastic" if stochastic else "nearest",
+                           key=key if stochastic else None)
+  return jax.jit(run)
+
+
 def quantize_weight(w, wf: WeightFormat, key=None):
   """w (n_out, k) float32 -> the stored weight of format wf (float32 array for f32)."""
   w = jnp.asarray(w, jnp.float32)
   if wf.fmt is None:
     return w
-  kw = wf.quantize_kwargs()
-  if wf.stochastic:
-    if key is None:
-      raise ValueError(f"{wf.label}: stochastic rounding needs a key")
-    kw["key"] = key
-  return fp8lab.quantize(w, wf.fmt, axis=-1, **kw)
+  if wf.stochastic and key is None:
+    raise ValueError(f"{wf.label}: stochastic rounding needs a key")
+  if key is None:
+    key = jax.random.key(0)                      # unused by nearest rounding
+  return _quantizer(wf.fmt, wf.block_shape, wf.scale_mode, wf.hadamard, wf.stochastic)(w, key)
 
 
 def linear(w, x, bias=None, *, implementation=None):
