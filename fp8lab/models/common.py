@@ -84,8 +84,9 @@ class KVFormat:
 
 
 def kv_formats(head_dim: int) -> list[KVFormat]:
-  """f32 and bf16 plain arrays ("f32", "bf16_array"), then every QUANTIZED format that fp8lab.attention takes as a KV cache (1D
-  blocks along D; blockwise FP8 with one scale per token and head, block (D,))."""
+  """f32 and bf16 plain arrays ("f32", "bf16_array"), then every QUANTIZED format that
+  fp8lab.attention takes as a KV cache (1D blocks along D; blockwise FP8 with one scale per
+  token and head, block (D,))."""
   from fp8lab.kernels import attention as attn_kernel  # pylint: disable=g-import-not-at-top
   out = [KVFormat("f32"), KVFormat("bf16_array", dtype="bfloat16")]
   for name, qf in QUANTIZED.items():

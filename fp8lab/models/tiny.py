@@ -15,7 +15,7 @@ __all__ = ["BERT", "LLAMA", "wordpiece", "bpe", "lee_like", "background"]
 
 BERT = bert.BertConfig(hidden=64, heads=2, layers=2, intermediate=128, vocab=64,
                        max_positions=64)
-LLAMA = llama.LlamaConfig(hidden=128, heads=2, kv_heads=1, layers=2, intermediate=256,
+LLAMA = llama.LlamaConfig(hidden=128, heads=2, kv_heads=1, layers=1, intermediate=256,
                           vocab=262, rope_base=10000.0)
 _WORDS = ("the", "cat", "dog", "sat", "on", "mat", "ran", "far", "and", "a", "bird", "flew")
 
