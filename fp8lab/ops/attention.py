@@ -27,7 +27,7 @@ from fp8lab.ops import _op
 from fp8lab.ops.quantize import quantize as _quantize
 from fp8lab.quantized import QuantizedArray
 
-__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV"]
+__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV"]
 
 HEAD_DIMS = (64, 128, 256)
 # attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
@@ -35,10 +35,13 @@ _IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
 # KV kinds (KVPlan.kind of K and V) whose default on a GPU is the kernel, once its compiled
 # tests have passed there; the others keep the reference as their default.
 _KERNEL_DEFAULT: frozenset[str] = frozenset()
-# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "f32" (default: IEEE
-# float32 dots) or "bf16x3" (exact bfloat16 parts on the tensor cores for the operands
-# kernels/attention.split_serves takes). Experimental until measured and tested compiled.
+# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "bf16x3" (default:
+# exact bfloat16 parts on the tensor cores for the operands kernels/attention.split_serves
+# takes, IEEE float32 dots for the others) or "f32" (IEEE float32 dots throughout).
 DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
+# The kernel's K / V tile layout (AttentionConfig.layout), read at each call: "planes"
+# (default, where kernels/attention.planes_serve takes the operand) or "elements".
+LAYOUT_ENV = "FP8LAB_ATTENTION_LAYOUT"
 # The position given to query rows that see every key (non-causal attention).
 _NO_LIMIT = np.iinfo(np.int32).max
 
@@ -79,9 +82,11 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   Arithmetic: both paths compute in float32: scores q K^T (IEEE float32 products and
   sums), softmax with a running max, P V in float32. K / V positions within the length but
   masked by causality are real cache data: a NaN there still reaches the output through
-  0 * NaN in P V, in both paths, as in any float32 attention. The kernel's dots are IEEE
-  float32 by default; FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16
-  parts on the tensor cores instead (docs/attention_kernel.md; not yet verified compiled).
+  0 * NaN in P V, in both paths, as in any float32 attention. The kernel's dots take exact
+  bfloat16 parts on the tensor cores by default (float32 accumulation; IEEE float32 dots
+  for operands not exact in bfloat16); FP8LAB_ATTENTION_DOTS=f32 (read at each call) takes
+  IEEE float32 dots throughout, FP8LAB_ATTENTION_LAYOUT=elements the per-lane K / V gather
+  (docs/attention_kernel.md; not yet verified compiled).
 
   Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
   tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with
@@ -134,11 +139,16 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   if not isinstance(return_lse, bool):
     raise TypeError(f"attention: return_lse must be a bool, got {return_lse!r}")
   impl = _resolve(implementation, interpret, k, v, dim)
-  dots = os.environ.get(DOTS_ENV, "") or "f32"
+  dots = os.environ.get(DOTS_ENV, "") or "bf16x3"
   if dots not in attn_kernel.DOTS:
     raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
-  o, lse = _attention(impl, interpret, float(sm_scale), page_size, dots, q, k, v, kv_lengths,
-                      q_positions, block_tables)
+  layout = os.environ.get(LAYOUT_ENV, "") or "planes"
+  if layout not in attn_kernel.LAYOUTS:
+    raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
+                     f"{layout!r}")
+  # (dots, layout): one static argument of the jitted call
+  o, lse = _attention(impl, interpret, float(sm_scale), page_size, (dots, layout), q, k, v,
+                      kv_lengths, q_positions, block_tables)
   return (o, lse) if return_lse else o
 
 
@@ -304,22 +314,26 @@ def _group_rows(tq: int, group: int) -> int:
   return max(attn_kernel.MIN_ROWS, 1 << max(0, (tq * group - 1).bit_length()))
 
 
-def _pallas_call(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v,
-                 kv_lengths, q_positions, table=None):
+def _pallas_call(interpret: bool, sm_scale: float, page_size: int, arith: tuple[str, str],
+                 q, k, v, kv_lengths, q_positions, table=None):
   bsz, tq, hq, dim = q.shape
   hkv = k.shape[2]
   group = hq // hkv
   rows = _group_rows(tq, group)
-  # Query rows of KV head h: row t * group + g is token t, query head h * group + g.
-  q32 = _rotate_q(k, q.astype(jnp.float32)).reshape(bsz, tq, hkv, group, dim)
+  # Query rows of KV head h: row t * group + g is token t, query head h * group + g. A
+  # bfloat16 q (unrotated) stays bfloat16: the kernel's bf16x3 dots take it as one exact part.
+  rotated = isinstance(k, QuantizedArray) and k.hadamard is not None
+  q32 = q if q.dtype == jnp.bfloat16 and not rotated else _rotate_q(k, q.astype(jnp.float32))
+  q32 = q32.reshape(bsz, tq, hkv, group, dim)
   q_rows = jnp.transpose(q32, (0, 2, 1, 3, 4)).reshape(bsz, hkv, tq * group, dim)
   q_rows = jnp.pad(q_rows, ((0, 0), (0, 0), (0, rows - tq * group), (0, 0)))
   qpos = jnp.repeat(q_positions, group, axis=1)
   qpos = jnp.pad(qpos, ((0, 0), (0, rows - tq * group)), constant_values=_NO_LIMIT)
   capacity = table.shape[1] * page_size if table is not None else k.shape[1]
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
+  dots, layout = arith            # AttentionConfig.dots, .layout
   cfg = dataclasses.replace(attn_kernel.attention_config(bsz, hkv, capacity, dim, interpret),
-                            dots=dots)
+                            dots=dots, layout=layout)
   o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
                                         vplan=vplan, capacity=capacity, page_size=page_size,
                                         sm_scale=sm_scale, config=cfg, interpret=interpret)
@@ -331,12 +345,12 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, dots: str, q,
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, dots: str):
+def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, arith: tuple[str, str]):
   """The kernel call with a vmap rule. Query tokens attend independently given the cache,
   so a vmapped q / q_positions (the cache, lengths and table shared) folds into the query
   tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch per example
   (lax.map)."""
-  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, dots)
+  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, arith)
 
   @jax.custom_batching.custom_vmap
   def batched(q, k, v, kv_lengths, q_positions, table):
@@ -367,21 +381,21 @@ def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, dots: str)
   return batched
 
 
-def _pallas(interpret: bool, sm_scale: float, page_size: int, dots: str, q, k, v, kv_lengths,
-            q_positions, table):
-  return _batched_pallas(interpret, sm_scale, page_size, dots)(q, k, v, kv_lengths,
+def _pallas(interpret: bool, sm_scale: float, page_size: int, arith: tuple[str, str], q, k, v,
+            kv_lengths, q_positions, table):
+  return _batched_pallas(interpret, sm_scale, page_size, arith)(q, k, v, kv_lengths,
                                                                q_positions, table)
 
 
-def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, dots: str,
-             q, k, v, kv_lengths, q_positions, table):
+def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int,
+             arith: tuple[str, str], q, k, v, kv_lengths, q_positions, table):
   if implementation == "reference":
     return _reference(sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
-  return _pallas(interpret, sm_scale, page_size, dots, q, k, v, kv_lengths, q_positions, table)
+  return _pallas(interpret, sm_scale, page_size, arith, q, k, v, kv_lengths, q_positions, table)
 
 
-def _reference_of(implementation, interpret, sm_scale, page_size, dots, *operands):
-  del implementation, interpret, dots
+def _reference_of(implementation, interpret, sm_scale, page_size, arith, *operands):
+  del implementation, interpret, arith
   return _reference(sm_scale, page_size, *operands)
 
 
