@@ -7,19 +7,26 @@ positions. Per block:
 
   1. the row of each position: b * S + pos (contiguous) or table[b, pos // page] * page +
      pos % page (paged: the block table is an input, read with a masked gather);
-  2. K's packed words for the block, gathered as a (block_s, D) tile in the natural element
-     order (each lane loads the word of its element: word d // per_word; the lanes of one
-     word hit one cache line), its code cut out with a shift and a mask and decoded with
-     integer ops (unpack.decode_codes: the float16 route, no fp8 conversion), times its
-     scale (tensor, per-token-head float32, E8M0 per 32, NVFP4 E4M3 per 16 times S_dec):
-     the very float32 products the golden dequantize makes, so the kernel's K / V values
-     equal the golden model's (up to the GPU's treatment of float32 subnormals);
-  3. scores = q @ K^T in float32 (precision HIGHEST: IEEE float32, no tf32), times sm_scale,
-     masked with where to -inf at positions >= kv_length (and, causal, > the query's
-     position); loads past the length are masked (never read) and V rows past it are
-     zeroed, so NaN / Inf / garbage stored there cannot reach the result through 0 * NaN;
+  2. K's packed words for the block. The "planes" layout (AttentionConfig.layout, default
+     where planes_serve): one contiguous (block_s, D / per_word) uint32 tile (vector loads,
+     each word once), decoded a code plane at a time (plane j = code j of every word =
+     elements w * per_word + j; unpack.decode_planes_16bit, integer ops, two codes per op),
+     block scales (MX, NVFP4, float32 blocks of whole words) multiplied into the planes,
+     per-token-head scales into the scores' / p's columns, the tensor scale and the float16
+     route's power of two into the scores (K) or o after the loop (V). The "elements"
+     layout: a (block_s, D) gather in natural element order (each lane loads the word of its
+     element), a shift and mask per element (unpack.decode_codes), times its scale (the
+     golden dequantize's own float32 products);
+  3. scores = q @ K^T (planes: sum_j q_j K_j^T, q_j q's columns j, j + per_word, ...), in
+     float32 accumulation: "bf16x3" dots (default) on exact bfloat16 parts (q: three, or
+     one when it is bfloat16; K exact, see split_serves), or "f32" dots (precision
+     HIGHEST: IEEE float32, no tf32); times sm_scale, masked with where to -inf at positions
+     >= kv_length (and, causal, > the query's position); loads past the length are masked
+     (never read) and V rows past it are zeroed, so NaN / Inf / garbage stored there cannot
+     reach the result through 0 * NaN;
   4. online softmax in float32 (running max m, sum l; a row with no key yet keeps m = -inf
-     and contributes nothing, without NaN); o = alpha o + p @ V in float32.
+     and contributes nothing, without NaN); o = alpha o + p @ V (p in three bfloat16 parts
+     on the bf16x3 dots; planes: one accumulator per V plane, stored in natural order).
 The program writes its unnormalized (o, m, l); `combine` merges the splits by their
 log-sum-exp in a fixed order (no atomics: bitwise deterministic).
 """
@@ -131,9 +138,9 @@ def _next_pow2(n: int) -> int:
 
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
                      interpret: bool = False) -> AttentionConfig:
-  """The default launch: block_s 64 (32 for D = 256: the float32 K / V tiles live in
-  registers), and enough KV splits that B * Hkv * n_splits fills two waves of the device's
-  SMs, no more than the cache has blocks (a power of two)."""
+  """The default launch (bf16x3 dots, planes layout): block_s 64 (32 for D = 256: the K / V
+  tiles live in registers), and enough KV splits that B * Hkv * n_splits fills two waves of
+  the device's SMs, no more than the cache has blocks (a power of two)."""
   block_s = 64 if dim <= 128 else 32
   blocks = -(-capacity // block_s)
   want = -(-2 * device.sm_count(interpret) // max(1, batch * kv_heads))
