@@ -439,11 +439,12 @@ def _kv_spec(spec, x):
 
 @pytest.mark.parametrize("n_splits,block_s,dots,layout,kfmt,vfmt,dim", [
     (1, 16, "f32", "elements", "e4m3_block", "mxfp4", 64),
-    (8, 32, "f32", "planes", "mxfp4", "e4m3", 128),
+    (8, 32, "f32", "planes", "e4m3_block", "mxfp4", 64),
     # bfloat16 q (one part) on planes; V scaled per 2 elements: the elements fallback
     (2, 32, "bf16x3:bf16q", "planes", "e4m3_block", "e5m2_block:2", 64),
     (2, 16, "bf16x3", "elements", "mxfp8", "nvfp4", 64)] + _slow(
     (2, 16, "bf16x3:bf16q", "planes", "mxfp8", "nvfp4", 128),
+    (8, 32, "f32", "planes", "mxfp4", "e4m3", 128),
     (2, 16, "bf16x3:bf16q", "elements", "e4m3", "mxfp4", 64),
     (4, 16, "f32", "elements", "e4m3_block", "mxfp4", 64),
     (2, 16, "bf16x3", "elements", "bf16", "f16", 64),
@@ -563,21 +564,23 @@ def _row_plus_range(defs, v: str, n: int) -> bool:
   return f"tt.make_range {{end = {n} : i32, start = 0 : i32}}" in rng
 
 
-@pytest.mark.parametrize("fmt,dots", grid(list(KV_FORMATS + (None,)), list(AK.DOTS)))
-def test_triton_lowering(fmt, dots):
+@pytest.mark.parametrize("fmt,dots,layout", grid(list(KV_FORMATS + (None,)), list(AK.DOTS),
+                                                  ["planes"])
+                         + [("e4m3_block", "bf16x3", "elements"), ("nvfp4", "f32", "elements")])
+def test_triton_lowering(fmt, dots, layout):
   """The kernel lowers to Triton IR for the H200 from any host (fp8lab_tests/lowering.py),
-  paged, for every format and both dot paths, in the default planes layout: no float
-  division, no fp8 / fp4 types (the integer decode), IEEE float32 dots on the f32 path (no
-  tf32); bf16 x bf16 dots on the bf16x3 path where split_serves takes the operand, one per
+  paged, for every format and both dot paths in the planes layout (and two in the elements
+  layout): no float division, no fp8 / fp4 types (the integer decode), IEEE float32 dots on
+  the f32 path (no tf32); bf16 x bf16 dots on the bf16x3 path where split_serves takes the operand, one per
   plane for q @ K^T (q bfloat16 for every other format: one part; else three) and three per
   plane for p @ V; where planes_serve takes the operand, its words load as (block_s,
   D / per_word) i32 tiles at offsets row + iota (contiguous: vector loads, each word once)
-  and no (block_s, D) gather of words remains."""
+  and no (block_s, D) gather of words remains; the elements layout keeps that gather."""
   bsz, cap, hkv, dim, block_s = 2, 256, 2, 128, 64
   x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
   kv = x if fmt is None else jax.eval_shape(lambda a: _kv(fmt, a), x)
   plan = AK.kv_plan(kv, dim)
-  cfg = AK.AttentionConfig(block_s=block_s, n_splits=4, dots=dots)
+  cfg = AK.AttentionConfig(block_s=block_s, n_splits=4, dots=dots, layout=layout)
   q_bf16 = (KV_FORMATS + (None,)).index(fmt) % 2 == 0
   f = lambda q_rows, qpos, n, table, k, v: AK.attention_pallas(
       q_rows, qpos, n, table, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=32,
@@ -589,7 +592,7 @@ def test_triton_lowering(fmt, dots):
   assert "tt.func" in ir and "arith.divf" not in ir
   assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
   split = dots == "bf16x3" and AK.split_serves(plan)
-  planes = AK.planes_serve(plan)
+  planes = layout == "planes" and AK.planes_serve(plan)
   pw = plan.per_word if planes else 1
   dots_ = re.findall(r"tt\.dot .*", ir)
   assert len(dots_) == pw * ((1 if q_bf16 else 3) + 3 if split else 2), len(dots_)
