@@ -573,9 +573,10 @@ def test_triton_lowering(fmt, dots, layout):
   layout): no float division, no fp8 / fp4 types (the integer decode), IEEE float32 dots on
   the f32 path (no tf32); bf16 x bf16 dots on the bf16x3 path where split_serves takes the
   operand, one per plane for q @ K^T (q bfloat16 for every other format: one part; else
-  three) and three per plane for p @ V; where planes_serve takes the operand, its words load as (block_s,
-  D / per_word) i32 tiles at offsets row + iota (contiguous: vector loads, each word once)
-  and no (block_s, D) gather of words remains; the elements layout keeps that gather."""
+  three) and three per plane for p @ V; where planes_serve takes the operand, its words
+  load as (block_s, D / per_word) i32 tiles at offsets row + iota (contiguous: vector
+  loads, each word once) and no (block_s, D) gather of words remains; the elements layout
+  keeps that gather."""
   bsz, cap, hkv, dim, block_s = 2, 256, 2, 128, 64
   x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
   kv = x if fmt is None else jax.eval_shape(lambda a: _kv(fmt, a), x)
