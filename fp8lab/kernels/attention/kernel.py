@@ -286,13 +286,16 @@ def _load_kv_planes(plan: KVPlan, refs, rows_off, valid, block_s: int, bf16: boo
   (the position factor, on the scores' / p's columns), the tensor scale / S_dec and the
   route factor (constants: on the scores, or on o once after the loop). `bf16`: the planes
   as bfloat16 (exact where split_serves), else float32. Rows past the length are masked in
-  every load and zeroed; their factors 0."""
+  every load, their words zeroed (so their planes are zeros) and their position factors 0."""
   words_ref, scales_ref, _ = refs
   pw = plan.per_word
   dw = plan.dim // pw
   w = lax.iota(jnp.int32, dw)
   mask = jnp.broadcast_to(valid[:, None], (block_s, dw))
   words = plgpu.load(words_ref.at[(rows_off * dw)[:, None] + w[None, :]], mask=mask, other=0)
+  # Zeroed words past the length (one select per word, not per code): every code there is
+  # +0, and every factor is finite (masked scale loads read 0), so the planes hold zeros.
+  words = jnp.where(mask, words, jnp.uint32(0))
   planes16 = unpack.decode_planes_16bit(words, plan.elem)
   factor = pos_f = None
   if plan.kind == "block" and plan.block_len == plan.dim:
@@ -310,12 +313,11 @@ def _load_kv_planes(plan: KVPlan, refs, rows_off, valid, block_s: int, bf16: boo
   out = []
   for h in planes16:
     if factor is None and bf16 and h.dtype == jnp.bfloat16:
-      out.append(jnp.where(mask, h, jnp.zeros_like(h)))
+      out.append(h)
       continue
     x = h.astype(jnp.float32)
     if factor is not None:
       x = x * factor
-    x = jnp.where(mask, x, 0.0)
     out.append(x.astype(jnp.bfloat16) if bf16 else x)
   return out, pos_f
 
