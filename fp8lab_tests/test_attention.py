@@ -26,10 +26,15 @@ So |o - o64| <= (2.5 eta + (2S + 16) u) max_j |v_j| (2.5 for the second-order te
 being tiny), max over the positions the row sees, plus the unit roundoff of q's dtype
 times |o64| when the output is rounded to bfloat16 / float16. The log-sum-exp:
 |lse - lse64| <= eta + (S + 8) u (|lse| + 1).
-The "bf16x3" dots (AttentionConfig.dots): q and p as three exact bfloat16 parts, K / V values
-exact in bfloat16 with their float32 per-tensor / per-token factor applied to the products
-(two more roundings per score: (D + 3) u above; one per P V product: 4 more u max|v|), and
-the tensor cores' float32 accumulation, which truncates: the addition terms double.
+The "bf16x3" dots (AttentionConfig.dots, the default): q (one part when bfloat16) and p as
+three exact bfloat16 parts, K / V values exact in bfloat16 with their float32 per-tensor /
+per-token factor applied to the products (two more roundings per score: (D + 3) u above; one
+per P V product: 4 more u max|v|), and the tensor cores' float32 accumulation, which
+truncates: the addition terms double. The "planes" layout (AttentionConfig.layout, the
+default) factors the same way on both dot paths (its tensor scale and float16-route power of
+two multiply o once after the loop: one rounding, within the same 4 u), and sums the score of
+each position over per_word plane dots: a float32 sum of D products in another order, within
+the same (D + 3) u. The kernel tests through fp8lab.attention take the bf16x3 bound.
 """
 
 from __future__ import annotations
@@ -149,7 +154,8 @@ def check_attention(q, k, v, lengths, impl="pallas", q_positions=None, **kw):
                             q_positions=q_positions, **kw)
   want, want_lse, tol, lse_tol = ref64(q, _values64(k), _values64(v), np.asarray(lengths),
                                        kw.get("sm_scale"),
-                                       None if q_positions is None else np.asarray(q_positions))
+                                       None if q_positions is None else np.asarray(q_positions),
+                                       tensor_cores=impl == "pallas")
   assert o.dtype == q.dtype and o.shape == q.shape
   assert_close(o, want, tol + _u_out(q.dtype) * np.abs(want), f"{impl} o")
   seen = np.isfinite(want_lse)
@@ -255,12 +261,14 @@ def test_reference_every_format(fmt):
 
 
 def test_kernel_mixed_formats_and_dtypes():
-  """K and V in different formats (nvfp4 K, e4m3 per-token-head V), bfloat16 q and output,
-  and a given sm_scale."""
+  """K and V in different formats and layouts: nvfp4 K (D = 64: the elements fallback; its
+  bf16x3 dots take the bfloat16 q as one part), e5m2 V with float32 scales per 32 elements
+  (planes, the scale tile multiplied in float32, f32 dots: not exact in bfloat16); bfloat16
+  q and output, and a given sm_scale."""
   bsz, cap, hkv = SHAPE
   dim = 64
   k = _kv("nvfp4", _normal(7, (bsz, cap, hkv, dim)))
-  v = _kv("e5m2_block", _normal(8, (bsz, cap, hkv, dim)))
+  v = fp8lab.quantize(_normal(8, (bsz, cap, hkv, dim)), "e5m2_block", block_shape=(32,))
   q = _normal(9, (bsz, 1, hkv * 4, dim)).astype(jnp.bfloat16)
   check_attention(q, k, v, _lengths(bsz, cap), sm_scale=0.3)
 
@@ -304,14 +312,15 @@ def test_hadamard_rotated_k_and_v():
 
 # ---------------------------------------------------------------------------- masking
 
-@pytest.mark.parametrize("fmt", ["e4m3", "e4m3_block", "nvfp4", "mxfp4"] + _slow(
-    ("mxfp8",), ("bf16",), (None,)))
-def test_garbage_past_length_never_read(fmt):
+@pytest.mark.parametrize("fmt,dim", [("e4m3", 64), ("e4m3_block", 64), ("nvfp4", 64),
+                                     ("mxfp4", 64)] + _slow(
+    ("mxfp8", 64), ("bf16", 64), (None, 64), ("nvfp4", 128), ("mxfp4", 256)))
+def test_garbage_past_length_never_read(fmt, dim):
   """NaN / Inf quantized into the positions past each row's length, then every word and
   scale there overwritten with all-ones bytes (NaN codes and scales): the kernel's output is
-  bit for bit the one over a cache holding zeros there, and finite; the reference too."""
+  bit for bit the one over a cache holding zeros there, and finite; the reference too. (The
+  planes layout: fp8 at D = 64, fp4 at D >= 128; fp4 at D = 64 is the elements fallback.)"""
   bsz, cap, hkv = SHAPE
-  dim = 64
   lengths = _lengths(bsz, cap)
   past = np.arange(cap)[None, :] >= lengths[:, None]                    # (B, S)
   xk, xv = _normal(16, (bsz, cap, hkv, dim)), _normal(17, (bsz, cap, hkv, dim))
@@ -394,13 +403,13 @@ def _paged(x, page_size, seed):
                         hadamard=x.hadamard), jnp.asarray(table)
 
 
-@pytest.mark.parametrize("fmt,page_size", [("e4m3_block", 16), ("nvfp4", 10)] + _slow(
-    ("mxfp4", 25), (None, 20)))
-def test_paged_equals_contiguous(fmt, page_size):
+@pytest.mark.parametrize("fmt,page_size,dim", [("e4m3_block", 16, 64), ("nvfp4", 10, 64)]
+                         + _slow(("mxfp4", 25, 64), (None, 20, 64), ("nvfp4", 10, 128)))
+def test_paged_equals_contiguous(fmt, page_size, dim):
   """The same cache as a shuffled page pool: bit for bit the contiguous results (kernel
-  and reference), page sizes that are and are not powers of two."""
+  and reference), page sizes that are and are not powers of two (planes layout at these
+  D but fp4 at D = 64)."""
   bsz, cap, hkv = SHAPE
-  dim = 64
   cap = cap // page_size * page_size
   k = _kv(fmt, _normal(21, (bsz, cap, hkv, dim)))
   v = _kv(fmt, _normal(22, (bsz, cap, hkv, dim)))
@@ -418,31 +427,77 @@ def test_paged_equals_contiguous(fmt, page_size):
 
 # ---------------------------------------------------------------------------- splits
 
-@pytest.mark.parametrize("n_splits,block_s,dots,kfmt,vfmt", [
-    (1, 16, "f32", "e4m3_block", "mxfp4"), (8, 32, "f32", "e4m3_block", "mxfp4"),
-    (2, 32, "bf16x3", "e4m3_block", "nvfp4"), (2, 16, "bf16x3", "mxfp8", "e4m3")] + _slow(
-    (4, 16, "f32", "e4m3_block", "mxfp4"), (2, 16, "bf16x3", "bf16", "f16"),
-    (2, 16, "bf16x3", "nvfp4", "e4m3_block"), (4, 32, "bf16x3", "mxfp4", "bf16"),
-    (2, 16, "bf16x3", "e5m2", None), (2, 16, "bf16x3", "e4m3_block", "bfloat16")))
-def test_splits_and_blocks(n_splits, block_s, dots, kfmt, vfmt):
-  """Other launch configurations (splits past the length included) within the bound;
-  combine is a fixed-order merge."""
+def _kv_spec(spec, x):
+  """_kv with an optional block length: "e5m2_block:2" (None, "bfloat16": plain arrays)."""
+  if spec == "bfloat16":
+    return x.astype(jnp.bfloat16)
+  if spec is None or ":" not in spec:
+    return _kv(spec, x)
+  name, block = spec.split(":")
+  return fp8lab.quantize(x, name, block_shape=(int(block),))
+
+
+@pytest.mark.parametrize("n_splits,block_s,dots,layout,kfmt,vfmt,dim", [
+    (1, 16, "f32", "elements", "e4m3_block", "mxfp4", 64),
+    (8, 32, "f32", "planes", "e4m3_block", "mxfp4", 64),
+    # bfloat16 q (one part) on planes; V scaled per 2 elements: the elements fallback
+    (2, 32, "bf16x3:bf16q", "planes", "e4m3_block", "e5m2_block:2", 64)] + _slow(
+    (2, 16, "bf16x3", "elements", "mxfp8", "nvfp4", 64),
+    (2, 16, "bf16x3:bf16q", "planes", "mxfp8", "nvfp4", 128),
+    (8, 32, "f32", "planes", "mxfp4", "e4m3", 128),
+    (2, 16, "bf16x3:bf16q", "elements", "e4m3", "mxfp4", 64),
+    (4, 16, "f32", "elements", "e4m3_block", "mxfp4", 64),
+    (2, 16, "bf16x3", "elements", "bf16", "f16", 64),
+    (2, 16, "bf16x3", "planes", "bf16", "f16", 64),
+    (2, 16, "bf16x3", "elements", "nvfp4", "e4m3_block", 64),
+    (4, 32, "bf16x3", "elements", "mxfp4", "bf16", 64),
+    (4, 32, "bf16x3", "planes", "mxfp4", "bf16", 128),
+    (2, 16, "bf16x3", "elements", "e5m2", None, 64),
+    (2, 16, "f32", "planes", "e5m2", "e4m3_block", 64),
+    (2, 16, "bf16x3", "elements", "e4m3_block", "bfloat16", 64),
+    (2, 16, "f32", "planes", "nvfp4", "mxfp8_e5m2", 256),
+    (1, 16, "bf16x3", "planes", "e4m3_block", "mxfp4", 256)))
+def test_splits_and_blocks(n_splits, block_s, dots, layout, kfmt, vfmt, dim):
+  """Other launch configurations (splits past the length included), both layouts and both
+  dot paths (":bf16q": q given to the kernel as bfloat16), within the bound; combine is a
+  fixed-order merge."""
   bsz, cap, hkv = SHAPE
-  dim, group = 64, 4
-  k = _kv(kfmt, _normal(24, (bsz, cap, hkv, dim), 2.0))
-  v = (_normal(25, (bsz, cap, hkv, dim)).astype(jnp.bfloat16) if vfmt == "bfloat16" else
-       _kv(vfmt, _normal(25, (bsz, cap, hkv, dim))))
+  group = 4
+  dots, _, bf16q = dots.partition(":")
+  k = _kv_spec(kfmt, _normal(24, (bsz, cap, hkv, dim), 2.0))
+  v = _kv_spec(vfmt, _normal(25, (bsz, cap, hkv, dim)))
   q = _normal(26, (bsz, 1, hkv * group, dim))
+  if bf16q:
+    q = q.astype(jnp.bfloat16)
   lengths = _lengths(bsz, cap)
   q_rows = jnp.pad(q.reshape(bsz, hkv, group, dim), ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
   qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
-  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots)
+  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots, layout=layout)
   o, lse = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
                                kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim),
-                               capacity=cap, page_size=cap, sm_scale=1 / 8, config=cfg,
+                               capacity=cap, page_size=cap, sm_scale=dim ** -0.5, config=cfg,
                                interpret=INTERPRET)
   want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
   assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, "o")
+
+
+def test_planes_serve():
+  """Which operands the planes layout takes: packed words with >= 16 words per row (fp4 at
+  D = 64 has 8: the elements fallback) and block scales over whole words; never plain
+  float arrays (already one element per load)."""
+  plan = lambda f, dim, block=None: AK.KVPlan(
+      QUANTIZED[f].scaling, QUANTIZED[f].element, dim, block or (_block(f, dim) or (None,))[0])
+  for f in ("e4m3", "e5m2", "e4m3_block", "mxfp8", "mxfp8_e5m2", "f16", "bf16"):
+    assert all(AK.planes_serve(plan(f, d)) for d in _DIMS), f
+  for f in ("mxfp4", "nvfp4"):
+    assert [AK.planes_serve(plan(f, d)) for d in _DIMS] == [False, True, True], f
+  assert AK.planes_serve(plan("e4m3_block", 64, 32)) and AK.planes_serve(plan("e4m3_block",
+                                                                              64, 4))
+  assert not AK.planes_serve(plan("e4m3_block", 64, 2))      # a scale per half word
+  assert not AK.planes_serve(AK.kv_plan(jnp.zeros((1, 4, 1, 128)), 128))
+  assert AK.AttentionConfig().dots == "bf16x3" and AK.AttentionConfig().layout == "planes"
+  with pytest.raises(ValueError, match="layout must be"):
+    AK.AttentionConfig(layout="rows")
 
 
 def test_deterministic_interpret():
@@ -465,29 +520,101 @@ def test_deterministic_bits_across_runs(fmt):
     np.testing.assert_array_equal(np.asarray(f(q, k, k)).view(np.uint32), first)
 
 
-@pytest.mark.parametrize("fmt,dots", grid(list(KV_FORMATS + (None,)), list(AK.DOTS)))
-def test_triton_lowering(fmt, dots):
+def _ssa(ir: str) -> dict[str, str]:
+  """Triton IR text: value name -> the text of its defining op."""
+  defs = {}
+  for line in ir.splitlines():
+    m = re.match(r"\s*(%[\w]+)(?::\d+)? = (.*)", line)
+    if m:
+      defs[m.group(1)] = m.group(2)
+  return defs
+
+
+def _args(op: str) -> list[str]:
+  return re.findall(r"%[\w#]+", op.split(" : ")[0])
+
+
+def _row_plus_range(defs, v: str, n: int) -> bool:
+  """Whether offsets v (a 2D i32 tensor) are r[:, None] + iota(n)[None, :] plus uniform
+  terms: an arith.addi tree whose leaves other than splats (scalars) and muls by a splat 1
+  (Pallas' unit stride) are one broadcast of a (rows, 1) tensor and one broadcast of
+  make_range(0, n) along axis 0; so consecutive lanes read consecutive words."""
+  leaves = []
+
+  def walk(x):
+    op = defs.get(x, "")
+    name = op.split(" ")[0]
+    if name == "arith.addi":
+      for y in _args(op):
+        walk(y)
+    elif name == "arith.muli" and any(
+        defs.get(y, "").startswith("tt.splat") and re.search(
+            r"^arith\.constant 1 : i32", defs.get(_args(defs[y])[0], "")) for y in _args(op)):
+      walk(next(y for y in _args(op) if not defs.get(y, "").startswith("tt.splat")))
+    elif name != "tt.splat":
+      leaves.append(op)
+
+  walk(v)
+  cols = [op for op in leaves if re.search(r"tensor<1x\d+xi32> ->", op)]
+  rows_ = [op for op in leaves if re.search(r"tensor<\d+x1xi32> ->", op)]
+  if len(leaves) != 2 or len(cols) != 1 or len(rows_) != 1:
+    return False
+  exp = defs.get(_args(cols[0])[0], "")
+  rng = defs.get(_args(exp)[0], "") if "axis = 0" in exp else ""
+  return f"tt.make_range {{end = {n} : i32, start = 0 : i32}}" in rng
+
+
+@pytest.mark.parametrize("fmt,dots,layout", grid(list(KV_FORMATS + (None,)), list(AK.DOTS),
+                                                  ["planes"])
+                         + [("e4m3_block", "bf16x3", "elements")]
+                         + _slow(("nvfp4", "f32", "elements")))
+def test_triton_lowering(fmt, dots, layout):
   """The kernel lowers to Triton IR for the H200 from any host (fp8lab_tests/lowering.py),
-  paged, for every format and both dot paths: no float division, no fp8 / fp4 types (the
-  integer decode), IEEE float32 dots on the f32 path (no tf32), three dots per product on
-  the bf16x3 path where split_serves takes the operand."""
-  bsz, cap, hkv, dim = 2, 256, 2, 128
+  paged, for every format and both dot paths in the planes layout (and two in the elements
+  layout): no float division, no fp8 / fp4 types (the integer decode), IEEE float32 dots on
+  the f32 path (no tf32); bf16 x bf16 dots on the bf16x3 path where split_serves takes the
+  operand, one per plane for q @ K^T (q bfloat16 for every other format: one part; else
+  three) and three per plane for p @ V; where planes_serve takes the operand, its words
+  load as (block_s, D / per_word) i32 tiles at offsets row + iota (contiguous: vector
+  loads, each word once) and no (block_s, D) gather of words remains; the elements layout
+  keeps that gather."""
+  bsz, cap, hkv, dim, block_s = 2, 256, 2, 128, 64
   x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
   kv = x if fmt is None else jax.eval_shape(lambda a: _kv(fmt, a), x)
   plan = AK.kv_plan(kv, dim)
-  cfg = AK.AttentionConfig(block_s=64, n_splits=4, dots=dots)
+  cfg = AK.AttentionConfig(block_s=block_s, n_splits=4, dots=dots, layout=layout)
+  q_bf16 = (KV_FORMATS + (None,)).index(fmt) % 2 == 0
   f = lambda q_rows, qpos, n, table, k, v: AK.attention_pallas(
       q_rows, qpos, n, table, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=32,
       sm_scale=0.1, config=cfg)
   aval = jax.ShapeDtypeStruct
-  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.float32), aval((bsz, 16), jnp.int32),
-                     aval((bsz,), jnp.int32), aval((bsz, cap // 32), jnp.int32), kv, kv)
+  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.bfloat16 if q_bf16 else jnp.float32),
+                     aval((bsz, 16), jnp.int32), aval((bsz,), jnp.int32),
+                     aval((bsz, cap // 32), jnp.int32), kv, kv)
   assert "tt.func" in ir and "arith.divf" not in ir
   assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
   split = dots == "bf16x3" and AK.split_serves(plan)
-  assert len(re.findall(r"tt\.dot ", ir)) == (6 if split else 2)
-  if not split:
+  planes = layout == "planes" and AK.planes_serve(plan)
+  pw = plan.per_word if planes else 1
+  dots_ = re.findall(r"tt\.dot .*", ir)
+  assert len(dots_) == pw * ((1 if q_bf16 else 3) + 3 if split else 2), len(dots_)
+  if split:
+    assert all(re.search(r": tensor<\d+x\d+xbf16> \* tensor<\d+x\d+xbf16>", d) for d in dots_)
+  else:
     assert "inputPrecision = tf32" not in ir
+    assert all(re.search(r": tensor<\d+x\d+xf32> \* tensor<\d+x\d+xf32>", d) for d in dots_)
+  if plan.kind == "float":
+    return
+  defs = _ssa(ir)
+  words = [(v, op) for v, op in defs.items()
+           if re.match(rf"tt\.load .*: tensor<{block_s}x\d+x!tt\.ptr<i32>>$", op)]
+  widths = sorted(int(re.search(rf"tensor<{block_s}x(\d+)x", op).group(1)) for _, op in words)
+  assert widths == [dim // pw] * 2, widths                   # K's words and V's words
+  if planes:
+    for _, op in words:
+      ptr = defs[_args(op)[0]]                              # tt.addptr %base, %offsets
+      assert ptr.startswith("tt.addptr"), ptr
+      assert _row_plus_range(defs, _args(ptr)[1], dim // pw), ptr
 
 
 @gpu
@@ -623,7 +750,7 @@ def _meta(x, **changes):
   return QuantizedArray(x.data, x.scales, x.tensor_scale, **aux)
 
 
-def test_errors_before_tracing():
+def test_errors_before_tracing(monkeypatch):
   bsz, cap, hkv = 2, 40, 2
   k = _kv("e4m3_block", jnp.ones((bsz, cap, hkv, 64)))
   q = jnp.ones((bsz, 1, 4, 64))
@@ -673,6 +800,11 @@ def test_errors_before_tracing():
       att(q, k, k, implementation="pallas")
   with pytest.raises(ValueError, match="interpret=True runs the Pallas kernel"):
     att(q, k, k, implementation="reference", interpret=True)
+  for env in ("FP8LAB_ATTENTION_LAYOUT", "FP8LAB_ATTENTION_DOTS"):
+    with monkeypatch.context() as mp:
+      mp.setenv(env, "rows")
+      with pytest.raises(ValueError, match=env):
+        att(q, k, k)
   # kv_cache_update
   upd = fp8lab.kv_cache_update
   with pytest.raises(ValueError, match=r"positions must lie in \[0, 40\)"):

@@ -29,7 +29,8 @@ from fp8lab.ops import _op
 from fp8lab.ops.quantize import quantize as _quantize
 from fp8lab.quantized import QuantizedArray
 
-__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "COMPUTES", "DECODE_ROWS"]
+__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV", "COMPUTES",
+           "DECODE_ROWS"]
 
 HEAD_DIMS = (64, 128, 256)
 # attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
@@ -37,9 +38,9 @@ _IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
 # KV kinds (KVPlan.kind of K and V) whose default on a GPU is the kernel, once its compiled
 # tests have passed there; the others keep the reference as their default.
 _KERNEL_DEFAULT: frozenset[str] = frozenset()
-# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "f32" (default: IEEE
-# float32 dots) or "bf16x3" (exact bfloat16 parts on the tensor cores for the operands
-# kernels/attention.split_serves takes). Experimental until measured and tested compiled.
+# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "bf16x3" (default:
+# exact bfloat16 parts on the tensor cores for the operands kernels/attention.split_serves
+# takes, IEEE float32 dots for the others) or "f32" (IEEE float32 dots throughout).
 DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
 # The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
 # kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
@@ -48,6 +49,9 @@ COMPUTES = ("f32", "bf16", "fp8")
 # The most query rows per KV head (Tq * Hq / Hkv) that go to the decode kernel (one program
 # holds them all); more go to the prefill kernel. Not tuned on a GPU yet.
 DECODE_ROWS = 64
+# The kernel's K / V tile layout (AttentionConfig.layout), read at each call: "planes"
+# (default, where kernels/attention.planes_serve takes the operand) or "elements".
+LAYOUT_ENV = "FP8LAB_ATTENTION_LAYOUT"
 # The position given to query rows that see every key (non-causal attention).
 _NO_LIMIT = np.iinfo(np.int32).max
 
@@ -98,12 +102,15 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   Returns:
     (B, Tq, Hq, D) in q's dtype (and the lse). A query that sees no key gets zeros.
 
-  Arithmetic: with compute "f32", both paths compute in float32: scores q K^T (IEEE float32 products
-  and sums), softmax with a running max, P V in float32. K / V positions within the length but
-  masked by causality are real cache data: a NaN there still reaches the output through 0 * NaN in P
-  V, in both paths, as in any float32 attention. The kernel's dots are IEEE float32 by default;
-  FP8LAB_ATTENTION_DOTS=bf16x3 (read at each call) takes exact bfloat16 parts on the tensor cores
-  instead (docs/attention_kernel.md; not yet verified compiled).
+  Arithmetic: with compute None or "f32", both paths compute in float32: scores q K^T
+  (exact products, float32 sums), softmax with a running max, P V in float32. K / V
+  positions within the length but masked by causality are real cache data: a NaN there
+  still reaches the output through 0 * NaN in P V, in both paths, as in any float32
+  attention. The decode kernel's dots take exact bfloat16 parts on the tensor cores by
+  default (float32 accumulation; IEEE float32 dots for operands not exact in bfloat16);
+  FP8LAB_ATTENTION_DOTS=f32 (read at each call) takes IEEE float32 dots throughout,
+  FP8LAB_ATTENTION_LAYOUT=elements the per-lane K / V gather (docs/attention_kernel.md;
+  not yet verified compiled).
 
   Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
   tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with
@@ -167,10 +174,14 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
                      "and head (\"e4m3\", \"e4m3_block\" with block_shape (D,)); use "
                      "compute='bf16' for the other formats")
   impl = _resolve(implementation, interpret, k, v, dim)
-  dots = os.environ.get(DOTS_ENV, "") or "f32"
+  dots = os.environ.get(DOTS_ENV, "") or "bf16x3"
   if dots not in attn_kernel.DOTS:
     raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
-  mode = _kernel_mode(tq * (hq // hkv), compute, dots)
+  layout = os.environ.get(LAYOUT_ENV, "") or "planes"
+  if layout not in attn_kernel.LAYOUTS:
+    raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
+                     f"{layout!r}")
+  mode = _kernel_mode(tq * (hq // hkv), compute, dots, layout)
   o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
   return (o, lse) if return_lse else o
@@ -273,10 +284,11 @@ def _resolve(implementation, interpret: bool, k, v, dim: int) -> str:
   return _op.resolve_implementation("attention", implementation, interpret)
 
 
-def _kernel_mode(rows: int, compute: str | None, dots: str) -> str:
-  """Which kernel and arithmetic "pallas" runs: "decode:<dots>" or "prefill:<compute>"."""
+def _kernel_mode(rows: int, compute: str | None, dots: str, layout: str) -> str:
+  """Which kernel and arithmetic "pallas" runs: "decode:<dots>:<layout>" or
+  "prefill:<compute>"."""
   if compute in (None, "f32") and rows <= DECODE_ROWS:
-    return f"decode:{dots}"
+    return f"decode:{dots}:{layout}"
   return f"prefill:{compute or 'bf16'}"
 
 
@@ -368,25 +380,28 @@ def _prefill_call(interpret: bool, sm_scale: float, page_size: int, compute: str
 
 def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q, k, v,
                  kv_lengths, q_positions, table=None):
-  kind, arith = mode.split(":")
+  kind, arith = mode.split(":", 1)
   if kind == "prefill":
     return _prefill_call(interpret, sm_scale, page_size, arith, q, k, v, kv_lengths,
                          q_positions, table)
-  dots = arith
   bsz, tq, hq, dim = q.shape
   hkv = k.shape[2]
   group = hq // hkv
   rows = _group_rows(tq, group)
-  # Query rows of KV head h: row t * group + g is token t, query head h * group + g.
-  q32 = _rotate_q(k, q.astype(jnp.float32)).reshape(bsz, tq, hkv, group, dim)
+  # Query rows of KV head h: row t * group + g is token t, query head h * group + g. A
+  # bfloat16 q (unrotated) stays bfloat16: the kernel's bf16x3 dots take it as one exact part.
+  rotated = isinstance(k, QuantizedArray) and k.hadamard is not None
+  q32 = q if q.dtype == jnp.bfloat16 and not rotated else _rotate_q(k, q.astype(jnp.float32))
+  q32 = q32.reshape(bsz, tq, hkv, group, dim)
   q_rows = jnp.transpose(q32, (0, 2, 1, 3, 4)).reshape(bsz, hkv, tq * group, dim)
   q_rows = jnp.pad(q_rows, ((0, 0), (0, 0), (0, rows - tq * group), (0, 0)))
   qpos = jnp.repeat(q_positions, group, axis=1)
   qpos = jnp.pad(qpos, ((0, 0), (0, rows - tq * group)), constant_values=_NO_LIMIT)
   capacity = table.shape[1] * page_size if table is not None else k.shape[1]
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
+  dots, layout = arith.split(":")          # AttentionConfig.dots, .layout
   cfg = dataclasses.replace(attn_kernel.attention_config(bsz, hkv, capacity, dim, interpret),
-                            dots=dots)
+                            dots=dots, layout=layout)
   o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
                                         vplan=vplan, capacity=capacity, page_size=page_size,
                                         sm_scale=sm_scale, config=cfg, interpret=interpret)

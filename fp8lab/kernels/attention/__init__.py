@@ -5,14 +5,15 @@ docs/attention_kernel.md how they work and what they serve."""
 
 from __future__ import annotations
 
-from fp8lab.kernels.attention.kernel import (DOTS, MIN_ROWS, AttentionConfig, KVPlan,
-                                             attention_config, attention_pallas,
-                                             attention_partials, combine, kv_plan, serves,
-                                             split_bf16, split_serves)
+from fp8lab.kernels.attention.kernel import (DOTS, LAYOUTS, MIN_DOT_K, MIN_ROWS,
+                                             AttentionConfig, KVPlan, attention_config,
+                                             attention_pallas, attention_partials, combine,
+                                             kv_plan, planes_serve, serves, split_bf16,
+                                             split_serves)
 from fp8lab.kernels.attention.prefill import (PREFILL_COMPUTE, PrefillConfig, fp8_serves,
                                               prefill_config, prefill_pallas)
 
-__all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "DOTS", "attention_config",
-           "attention_pallas", "attention_partials", "combine", "kv_plan", "serves",
-           "split_bf16", "split_serves", "PREFILL_COMPUTE", "PrefillConfig", "prefill_config",
-           "prefill_pallas", "fp8_serves"]
+__all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "MIN_DOT_K", "DOTS", "LAYOUTS",
+           "attention_config", "attention_pallas", "attention_partials", "combine", "kv_plan",
+           "planes_serve", "serves", "split_bf16", "split_serves", "PREFILL_COMPUTE",
+           "PrefillConfig", "prefill_config", "prefill_pallas", "fp8_serves"]
