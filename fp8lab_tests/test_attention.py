@@ -77,6 +77,24 @@ def _block(fmt: str, dim: int):
   return q.block_shape if q.block_shapes else None
 
 
+
+def spoil_words(x, past):
+  """A QuantizedArray with all-ones words and NaN / 0xFF scales at the positions `past`
+  (B, S) bool; a plain array as it is."""
+  if not isinstance(x, QuantizedArray):
+    return x
+  m = jnp.asarray(past)[:, :, None, None]
+  data = jnp.where(m, jnp.uint32(0xFFFFFFFF), x.data)
+  scales = x.scales
+  if scales is not None:
+    bad = jnp.asarray(np.nan if scales.dtype == jnp.float32 else 0xFF, scales.dtype)
+    scales = jnp.where(m, bad, scales)
+  return QuantizedArray(data, scales, x.tensor_scale, format=x.format,
+                        element_format=x.element_format, shape=x.shape, axis=x.axis,
+                        block_shape=x.block_shape, scale_mode=x.scale_mode,
+                        hadamard=x.hadamard)
+
+
 def _kv(fmt, x, **kw):
   """x (B, S, Hkv, D) as a KV operand of `fmt` (None: the plain array)."""
   if fmt is None:
@@ -336,21 +354,7 @@ def test_garbage_past_length_never_read(fmt, dim):
   clean = [_kv(fmt, x, **kw) for x in clean]
   dirty = [_kv(fmt, x, **kw) for x in dirty]
 
-  def spoil(x):
-    if not isinstance(x, QuantizedArray):
-      return x
-    m = jnp.asarray(past)[:, :, None, None]
-    data = jnp.where(m, jnp.uint32(0xFFFFFFFF), x.data)
-    scales = x.scales
-    if scales is not None:
-      bad = jnp.asarray(np.nan if scales.dtype == jnp.float32 else 0xFF, scales.dtype)
-      scales = jnp.where(m, bad, scales)
-    return QuantizedArray(data, scales, x.tensor_scale, format=x.format,
-                          element_format=x.element_format, shape=x.shape, axis=x.axis,
-                          block_shape=x.block_shape, scale_mode=x.scale_mode,
-                          hadamard=x.hadamard)
-
-  dirty = [spoil(x) for x in dirty]
+  dirty = [spoil_words(x, past) for x in dirty]
   q = _normal(18, (bsz, 1, hkv * 4, dim))
   for impl in ("pallas", "reference"):
     run = functools.partial(fp8lab.attention, q, kv_lengths=jnp.asarray(lengths),

@@ -37,7 +37,7 @@ from fp8lab.quantized import QuantizedArray
 from fp8lab_tests.lowering import triton_irs
 from fp8lab_tests.switches import ON_GPU, gpu, grid
 from fp8lab_tests.test_attention import (INTERPRET, KV_FORMATS, _kv, _normal, _paged, _u_out,
-                                         _values64, assert_close, ref64)
+                                         _values64, assert_close, ref64, spoil_words)
 
 warnings.filterwarnings("ignore", message=".*Triton.*deprecated.*")
 warnings.filterwarnings("ignore", message=".*Pallas Triton backend is deprecated.*")
@@ -285,19 +285,11 @@ def test_blocks_and_q_offsets(block_q, block_k, fmt):
 
 
 def _spoil(x, past):
-  """All-ones words and NaN / 0xFF scales at the positions `past` (B, S)."""
+  """All-ones words and NaN / 0xFF scales at the positions `past` (B, S); NaN in a plain
+  array."""
   if not isinstance(x, QuantizedArray):
     return jnp.where(jnp.asarray(past)[:, :, None, None], jnp.nan, x)
-  m = jnp.asarray(past)[:, :, None, None]
-  data = jnp.where(m, jnp.uint32(0xFFFFFFFF), x.data)
-  scales = x.scales
-  if scales is not None:
-    bad = jnp.asarray(np.nan if scales.dtype == jnp.float32 else 0xFF, scales.dtype)
-    scales = jnp.where(m, bad, scales)
-  return QuantizedArray(data, scales, x.tensor_scale, format=x.format,
-                        element_format=x.element_format, shape=x.shape, axis=x.axis,
-                        block_shape=x.block_shape, scale_mode=x.scale_mode,
-                        hadamard=x.hadamard)
+  return spoil_words(x, past)
 
 
 @pytest.mark.parametrize("kfmt,vfmt,group,causal,compute", [
