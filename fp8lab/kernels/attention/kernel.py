@@ -45,7 +45,7 @@ from jax.experimental.pallas import triton as plgpu
 from fp8lab.kernels import device, unpack
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_plan,
                                          kv_refs, load_kv, load_kv_split, serves,
-                                         split_serves)
+                                         softmax_step, split_serves)
 
 __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
            "attention_partials", "combine", "attention_pallas", "MIN_ROWS", "DOTS",
@@ -267,13 +267,7 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
     if k_pos is not None:
       s = s * k_pos[None, :]
     s = s * (jnp.float32(k_sm) if k_scalar is None else k_scalar * jnp.float32(k_sm))
-    keep = valid[None, :] & (pos[None, :] <= qpos[:, None])
-    s = jnp.where(keep, s, -jnp.inf)
-    m_new = jnp.maximum(m, jnp.max(s, axis=1))
-    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)     # no key yet: no -inf - -inf
-    alpha = jnp.exp(m - m_safe)
-    p = jnp.exp(s - m_safe[:, None])
-    l = alpha * l + jnp.sum(p, axis=1)
+    m_new, alpha, p, l = softmax_step(s, valid, pos, qpos, m, l)
     if v_planes:
       vb, v_pos = _load_kv_planes(vplan, v_refs, rows_off, valid, block_s, v_split)
     elif v_split:

@@ -16,7 +16,7 @@ from fp8lab.formats import ElementFormat, get_format, get_quantized_format
 from fp8lab.kernels import unpack
 
 __all__ = ["KVPlan", "kv_plan", "serves", "split_serves", "load_kv", "load_kv_split",
-           "kv_leaves", "cache_row_offsets", "kv_refs"]
+           "kv_leaves", "cache_row_offsets", "kv_refs", "softmax_step"]
 
 _KERNEL_SCALINGS = ("tensor", "block", "mx", "nvfp4", "none")
 @dataclasses.dataclass(frozen=True)
@@ -179,3 +179,17 @@ def kv_refs(it, plan: KVPlan):
   scales = next(it) if plan.has_scales else None
   ts = next(it) if plan.has_tensor_scale else None
   return words, scales, ts
+
+
+def softmax_step(s, valid, pos, qpos, m, l):
+  """One block of the online softmax, both kernels': the scores s (rows, block) masked to
+  -inf where the position is past the length or (causal) past the row's qpos, then (new
+  running max, the factor alpha for the old sums, p, new running sum). A row with no key
+  yet keeps m = -inf and gets p = 0, without NaN (no -inf - -inf)."""
+  keep = valid[None, :] & (pos[None, :] <= qpos[:, None])
+  s = jnp.where(keep, s, -jnp.inf)
+  m_new = jnp.maximum(m, jnp.max(s, axis=1))
+  m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+  alpha = jnp.exp(m - m_safe)
+  p = jnp.exp(s - m_safe[:, None])
+  return m_new, alpha, p, alpha * l + jnp.sum(p, axis=1)

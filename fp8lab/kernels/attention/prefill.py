@@ -40,7 +40,8 @@ from jax.experimental.pallas import triton as plgpu
 
 from fp8lab.formats import E4M3
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_refs,
-                                         load_kv, load_kv_split, split_serves)
+                                         load_kv, load_kv_split, softmax_step,
+                                         split_serves)
 
 __all__ = ["PrefillConfig", "prefill_config", "prefill_pallas", "PREFILL_COMPUTE",
            "fp8_serves"]
@@ -202,13 +203,7 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
       s = jnp.dot(q, kf.T, precision=lax.Precision.HIGHEST,
                   preferred_element_type=jnp.float32)
     s = s * scale
-    keep = valid[None, :] & (pos[None, :] <= qpos[:, None])
-    s = jnp.where(keep, s, -jnp.inf)
-    m_new = jnp.maximum(m, jnp.max(s, axis=1))
-    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)     # no key yet: no -inf - -inf
-    alpha = jnp.exp(m - m_safe)
-    p = jnp.exp(s - m_safe[:, None])
-    l = alpha * l + jnp.sum(p, axis=1)
+    m_new, alpha, p, l = softmax_step(s, valid, pos, qpos, m, l)
     if compute == "fp8":
       vb, v_pos, v_scalar = _load_e4m3(vplan, v_refs, rows_off, valid, block_k)
       back = jnp.float32(2.0 ** -_P_LOG2)
