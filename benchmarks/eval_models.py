@@ -47,6 +47,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks import cli  # noqa: E402
+from benchmarks.stats import pearson, rankdata, spearman  # noqa: E402,F401
 from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
 from fp8lab.models import bert, common, fetch, llama, loaders, tiny, tokenizers  # noqa: E402
 
@@ -101,31 +102,6 @@ def _select(labels, available: dict):
     return list(available.values())
   cli.check_choices("format", labels, list(available))
   return [available[x] for x in labels]
-
-
-def rankdata(x: np.ndarray) -> np.ndarray:
-  """Ranks 1..n, ties given their average rank (for Spearman's rho)."""
-  order = np.argsort(x, kind="stable")
-  ranks = np.empty(len(x), np.float64)
-  xs = x[order]
-  i = 0
-  while i < len(x):
-    j = i
-    while j + 1 < len(x) and xs[j + 1] == xs[i]:
-      j += 1
-    ranks[order[i:j + 1]] = (i + j) / 2 + 1
-    i = j + 1
-  return ranks
-
-
-def pearson(a, b) -> float:
-  a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-  a, b = a - a.mean(), b - b.mean()
-  return float(a @ b / np.sqrt((a @ a) * (b @ b)))
-
-
-def spearman(a, b) -> float:
-  return pearson(rankdata(np.asarray(a)), rankdata(np.asarray(b)))
 
 
 def _linear_bytes(params, names, head: bool) -> int:

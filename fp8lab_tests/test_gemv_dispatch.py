@@ -288,7 +288,7 @@ def test_named_dispatch_plan_is_issue_20s_grid():
                             batches=(1,))
   (grid,) = bench_gemv.parse_plan(bench_gemv.NAMED_PLANS["dispatch"], default)
   assert grid == bench_gemv.Grid(
-      ops=("pallas", "xla_packed", "xla_e4m3"), formats=("e4m3", "mxfp4"),
+      ops=("pallas", "xla_packed", "xla_parts", "xla_e4m3"), formats=("e4m3", "mxfp4"),
       sizes=("16384x16384", "4096x14336", "14336x4096", "6144x4096", "28672x4096",
              "128256x4096"),
       batches=(1, 4, 16, 64))
@@ -306,10 +306,10 @@ def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
       env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
   doc = json.loads(out.read_text())
-  assert doc["settings"]["grids"] == [{"ops": ["pallas", "xla_packed", "xla_e4m3"],
+  assert doc["settings"]["grids"] == [{"ops": ["pallas", "xla_packed", "xla_parts", "xla_e4m3"],
                                        "formats": ["nvfp4"], "sizes": ["64x128"],
                                        "batches": [2]}]
   assert {(r["op"], r["size"], r["batch"], r["status"]) for r in doc["rows"]} == {
-      (op, "64x128", 2, "ok") for op in ("pallas", "xla_packed", "xla_e4m3")}
+      (op, "64x128", 2, "ok") for op in ("pallas", "xla_packed", "xla_parts", "xla_e4m3")}
   with pytest.raises(ValueError, match="smoke"):
     tune.build([("smoke", doc)])

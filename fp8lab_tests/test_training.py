@@ -329,7 +329,7 @@ def test_interpret_kernels_equal_reference(recipe):
 def test_fp8_recipes_compile_to_fp8_gemms(recipe):
   """On the GPU the forward and both backward GEMMs of the FP8 recipes are cuBLASLt FP8
   GEMMs in the compiled HLO."""
-  from benchmarks import bench_train
+  from benchmarks import train_data as bench_train
   x, w, c = (a.astype(jnp.bfloat16) for a in _data(9, 256, 256, 256))
   state = fp8lab.init_state(recipe)
   f = jax.jit(lambda x, w, s: _loss_and_grads(recipe, x, w, c, s, None))
@@ -340,7 +340,7 @@ def test_fp8_recipes_compile_to_fp8_gemms(recipe):
 def test_bench_helpers():
   """bench_train's HLO counter on hand-written HLO lines, and its corpus: the interpreter's
   own stdlib sources, bytes in file order."""
-  from benchmarks import bench_train
+  from benchmarks import train_data as bench_train
   hlo = "\n".join([
       '%a = f8e4m3fn[8,16]{1,0} bitcast(%p)',
       '%g = (f32[8,8]{1,0}, s8[0]) custom-call(%a, %b), '
