@@ -18,6 +18,7 @@ from jax import lax
 
 from fp8lab.formats import get_quantized_format
 from fp8lab.kernels import gemv as gemv_kernel
+from fp8lab.kernels.attention import split_bf16
 from fp8lab.kernels.gemv import dispatch as gemv_dispatch
 from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.hadamard import hadamard
@@ -170,6 +171,13 @@ def _reference(w, x: jax.Array) -> jax.Array:
   return y.astype(x.dtype)
 
 
+def _per_element(w, per_block: jax.Array) -> jax.Array:
+  """A per-block array of w's block scales (1D or 2D blocks) repeated over w's elements."""
+  n_out, k = w.shape
+  rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
+  return jnp.repeat(jnp.repeat(per_block, rows, axis=0), cols, axis=1)[:n_out, :k]
+
+
 def _xla_weight(w) -> jax.Array:
   """w's values (n_out, k) as float32 from its packed words, the way a user writes it in jnp:
   the words bitcast to XLA's own element dtype (the same bytes, docs/numerics.md section 9), upcast,
@@ -185,10 +193,7 @@ def _xla_weight(w) -> jax.Array:
     return values * w.tensor_scale
   if not qf.block_scaled:
     return values
-  rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
-
-  def per_element(per_block):
-    return jnp.repeat(jnp.repeat(per_block, rows, axis=0), cols, axis=1)[:n_out, :k]
+  per_element = functools.partial(_per_element, w)
 
   if qf.scaling == "block":                                 # float32 block scales
     # A subnormal scale b * 2^-149 (1 / FLT_MAX, pow2's 2^-127), which XLA would flush (an
@@ -231,29 +236,19 @@ def _bf16_weight(w):
   elems = lax.bitcast_convert_type(w.data, qf.element.dtype)
   values = elems.reshape(n_out, -1)[:, :k]
   if qf.scaling == "nvfp4":
-    rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
-    s = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
-    s = jnp.repeat(jnp.repeat(s, rows, axis=0), cols, axis=1)[:n_out, :k]
+    s = _per_element(w, lax.bitcast_convert_type(w.scales, qf.scale_format.dtype)
+                     .astype(jnp.float32))
     return (values.astype(jnp.float32) * s).astype(jnp.bfloat16), w.tensor_scale
   return values.astype(jnp.bfloat16), w.tensor_scale if qf.scaling == "tensor" else None
 
 
 def _bf16_parts(x: jax.Array) -> list[jax.Array]:
   """bfloat16 arrays whose float32 sum is x exactly (|x| >= 2^-103 or 0): x itself if it is
-  bfloat16, else its top 8 significant bits, the next 8 and the rest, cut with integer ops
-  (no float round trip that XLA could fold away)."""
+  bfloat16, else the three parts of kernels/attention's split_bf16 (cut with integer ops,
+  so that XLA cannot fold the float round trips away)."""
   if x.dtype == jnp.bfloat16:
     return [x]
-
-  def trunc(v):
-    return lax.bitcast_convert_type(
-        lax.bitcast_convert_type(v, jnp.uint32) & jnp.uint32(0xFFFF0000), jnp.float32)
-
-  xf = x.astype(jnp.float32)
-  hi = trunc(xf)
-  mid = trunc(xf - hi)                       # xf - hi: exact, the low 16 bits
-  lo = (xf - hi) - mid                       # exact, <= 8 significant bits
-  return [p.astype(jnp.bfloat16) for p in (hi, mid, lo)]
+  return split_bf16(x.astype(jnp.float32))
 
 
 def _xla_parts(w, x: jax.Array) -> jax.Array:

@@ -113,8 +113,9 @@ def _trunc_bf16(x):
 def split_bf16(x):
   """Three bfloat16 parts of float32 x whose float32 sum is x exactly (hi, mid: truncated
   top 8 significant bits of x and of the rest; lo: the last <= 8 bits), cut with integer
-  ops so that no float round trip can be elided (docs/numerics.md section 9). Parts below
-  float32's normal range (|x| < ~2^-110) may lose bits."""
+  ops so that no float round trip can be elided (docs/numerics.md section 9). Exact for
+  |x| >= 2^-103 (or 0); below, the low parts are float32 subnormals, which XLA and the GPU
+  may flush (the top 8 significant bits survive)."""
   hi = _trunc_bf16(x)
   r = x - hi                                       # exact: the low 16 bits of x
   mid = _trunc_bf16(r)
