@@ -14,7 +14,8 @@ bfloat16 over a full cache of S positions (B, S, Hkv, D), for each size of SIZES
   <case>          fp8lab.attention(..., implementation="pallas") over the KV format of CASES
                   (per-token-head e4m3 / e5m2, per-tensor e4m3, nvfp4, mxfp4, plain bf16; a
                   paged variant through a shuffled block table), interpret mode on a CPU;
-                  the *_bf16x3 cases take the kernel's bf16x3 dots (docs/attention_kernel.md).
+                  the *_bf16x3 cases take the kernel's bf16x3 dots, the *_f16 cases its
+                  float16 dots (docs/attention_kernel.md).
 Bytes per row: what the op must move at least: K and V as stored (packed words, scales,
 tensor scales; bf16 for the baselines), q and the output. Rows carry bytes_needed, GB/s,
 floor_us (those bytes at this size's copy bandwidth) and % of copy bandwidth, by host time
@@ -154,6 +155,14 @@ CASES: dict[str, Case] = {
     "mxfp4_bf16x3": Case("mxfp4", dots="bf16x3"),
     "e4m3_block_paged_bf16x3": Case("e4m3_block", paged=True, dots="bf16x3"),
     "bf16_bf16x3": Case(None, dots="bf16x3"),
+    # the float16 dots (MX falls back to bf16x3 there; plain bf16 K / V too)
+    "e4m3_block_f16": Case("e4m3_block", dots="f16"),
+    "e5m2_block_f16": Case("e5m2_block", dots="f16"),
+    "e4m3_f16": Case("e4m3", dots="f16"),
+    "nvfp4_f16": Case("nvfp4", dots="f16"),
+    "mxfp4_f16": Case("mxfp4", dots="f16"),
+    "e4m3_block_paged_f16": Case("e4m3_block", paged=True, dots="f16"),
+    "nvfp4_paged_f16": Case("nvfp4", paged=True, dots="f16"),
 }
 BASELINES = ("copy", "cudnn_bf16", "xla_bf16", "jax_pallas_gqa")
 # The prefill kernel's rows (fp8lab.attention, compute="bf16"; *_f32: the float32 dots).

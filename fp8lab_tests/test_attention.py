@@ -112,10 +112,12 @@ def _values64(x) -> np.ndarray:
   return np.asarray(x.astype(jnp.float32), np.float64)
 
 
-def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None, tensor_cores=False):
+def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None, tensor_cores=False,
+          f16=False):
   """float64 attention over dequantized K / V (numpy): (o, lse, o_tol, lse_tol), the
   tolerances of the module docstring for float32 arithmetic; `tensor_cores`: for the
-  "bf16x3" dots (module docstring, last paragraph)."""
+  "bf16x3" dots (module docstring, last paragraph); `f16`: the "f16" dots' float16 parts
+  of q and p on top (4 u per score product, 4 u per P V product)."""
   q = np.asarray(q.astype(jnp.float32), np.float64)
   bsz, tq, hq, dim = q.shape
   cap, hkv = kd.shape[1], kd.shape[2]
@@ -141,9 +143,10 @@ def ref64(q, kd, vd, lengths, sm_scale=None, q_positions=None, tensor_cores=Fals
         o[b, t, h] = p @ v / p.sum()
         lse[b, t, h] = m + np.log(p.sum())
         tc = 2 if tensor_cores else 1
-        delta = tc * (dim + 3) * U32 * sm * (np.abs(k) @ np.abs(q[b, t, h])).max()
+        split = 4 if f16 else 0
+        delta = (tc * (dim + 3) + split) * U32 * sm * (np.abs(k) @ np.abs(q[b, t, h])).max()
         eta = 2 * delta + 8 * U32 * np.abs(s).max() + 2.0**-21
-        o_tol[b, t, h] = (2.5 * eta + tc * (2 * n + 20) * U32) * np.abs(v).max()
+        o_tol[b, t, h] = (2.5 * eta + (tc * (2 * n + 20) + split) * U32) * np.abs(v).max()
         lse_tol[b, t, h] = eta + (n + 8) * U32 * (abs(lse[b, t, h]) + 1)
   return o, lse, o_tol, lse_tol
 
@@ -235,6 +238,58 @@ def test_split_bf16_parts_sum_exactly():
              for f in ("e4m3", "e5m2", "e4m3_block", "mxfp8", "mxfp4", "nvfp4", "bf16"))
   assert not any(AK.split_serves(p) for p in (
       plan("f16"), plan("e4m3_block", 32), AK.kv_plan(jnp.zeros((1, 4, 1, 64)), 64)))
+
+
+def _random_f32(rng, n, lo=-100, hi=100):
+  """n float32 of random bit patterns with exponents 2^lo .. 2^hi, both signs."""
+  exp = rng.integers(127 + lo, 127 + hi, n, dtype=np.uint32)
+  bits = (rng.integers(0, 2, n, dtype=np.uint32) << 31) | (exp << 23) | rng.integers(
+      0, 1 << 23, n, dtype=np.uint32)
+  return bits.view(np.float32)
+
+
+def test_f16_operands():
+  """The "f16" dots' operands. q (rows of random float32 patterns, 2^-60 .. 2^60 within a
+  row): parts of q * 2^s with s from the row's largest |q| (into [2^14, 2^15)), the factor
+  2^-s returned; float32 q as hi (<= 11 significant bits) + lo within 2^-22 |q 2^s| of it
+  per element (elements >= 2^-14 after the scaling), 2^-24 absolutely below; bfloat16 q as
+  one float16 part equal to q * 2^s exactly (its elements >= 2^-14 after the scaling). p's
+  parts (t >= 0: rows of p times a factor): the same split of t * 2^s, [lo, hi]."""
+  from fp8lab.kernels.attention import kernel as K
+  rng = np.random.default_rng(7)
+  rows, dim = 8, 64
+  x = _random_f32(rng, rows * dim, -60, 60).reshape(1, 1, rows, dim)
+  x[0, 0, 0, :5] = 0.0                               # zeros; a row of zeros
+  x[0, 0, 1] = 0.0
+  for dtype in (jnp.float32, jnp.bfloat16):
+    q = jnp.asarray(x).astype(dtype)
+    parts, unscale = jax.jit(lambda a: K._q_operand(a, "f16"))(q)
+    q64 = np.asarray(q.astype(jnp.float32), np.float64)
+    scale = 1.0 / np.asarray(unscale, np.float64)[..., None]
+    amax = np.abs(q64).max(-1, keepdims=True)
+    nz = amax[..., 0] > 0
+    assert np.all((amax * scale)[nz] >= 2.0**14) and np.all((amax * scale)[nz] < 2.0**15)
+    got = np.asarray(parts, np.float64).sum(axis=2)
+    err = np.abs(got - q64 * scale)
+    if dtype == jnp.bfloat16:
+      assert parts.shape[2] == 1
+      normal = np.abs(q64 * scale) >= 2.0**-14
+      np.testing.assert_array_equal(got[normal], (q64 * scale)[normal])
+    else:
+      assert parts.shape[2] == 2
+      hi = np.asarray(parts[:, :, 1], np.float32)
+      assert np.all(err <= np.maximum(2.0**-22 * np.abs(q64 * scale), 2.0**-24))
+    assert np.all(err[~nz] == 0)
+  t = np.abs(_random_f32(rng, rows * 128, -40, 0)).reshape(rows, 128)
+  t[3] = 0.0
+  (lo, hi), unscale = jax.jit(K._f16_p_parts)(jnp.asarray(t))
+  scale = 1.0 / np.asarray(unscale, np.float64)[:, None]
+  ts = t.astype(np.float64) * scale
+  got = np.asarray(hi, np.float64) + np.asarray(lo, np.float64)
+  hi_bits = np.asarray(hi).view(np.uint16).astype(np.int64)
+  assert np.all(np.asarray(hi, np.float64)[ts >= 2.0**-14] <= ts[ts >= 2.0**-14])   # truncated
+  assert np.all(np.abs(got - ts) <= np.maximum(2.0**-22 * ts, 2.0**-24))
+  assert np.all(got[3] == 0) and hi_bits.size
 
 
 # ---------------------------------------------------------------------------- every format
@@ -445,7 +500,15 @@ def _kv_spec(spec, x):
     (1, 16, "f32", "elements", "e4m3_block", "mxfp4", 64),
     (8, 32, "f32", "planes", "e4m3_block", "mxfp4", 64),
     # bfloat16 q (one part) on planes; V scaled per 2 elements: the elements fallback
-    (2, 32, "bf16x3:bf16q", "planes", "e4m3_block", "e5m2_block:2", 64)] + _slow(
+    (2, 32, "bf16x3:bf16q", "planes", "e4m3_block", "e5m2_block:2", 64),
+    # float16 dots, the fast decodes' twins (native e4m3 / e5m2, the e2m1 asm program)
+    (2, 32, "f16:bf16q", "planes", "e4m3_block", "nvfp4", 128),
+    (4, 16, "f16", "planes", "nvfp4", "e5m2", 128)] + _slow(
+    (2, 16, "f16", "planes", "mxfp4", "e4m3_block", 128),
+    (2, 32, "f16:bf16q", "planes", "e5m2_block", "mxfp8", 64),
+    (1, 16, "f16", "planes", "f16", "e4m3", 64),
+    (2, 16, "f16", "elements", "e4m3_block", "nvfp4", 64),
+    (2, 16, "f16:bf16q", "planes", "e4m3", "e4m3_block:4", 64),
     (2, 16, "bf16x3", "elements", "mxfp8", "nvfp4", 64),
     (2, 16, "bf16x3:bf16q", "planes", "mxfp8", "nvfp4", 128),
     (8, 32, "f32", "planes", "mxfp4", "e4m3", 128),
@@ -462,9 +525,10 @@ def _kv_spec(spec, x):
     (2, 16, "f32", "planes", "nvfp4", "mxfp8_e5m2", 256),
     (1, 16, "bf16x3", "planes", "e4m3_block", "mxfp4", 256)))
 def test_splits_and_blocks(n_splits, block_s, dots, layout, kfmt, vfmt, dim):
-  """Other launch configurations (splits past the length included), both layouts and both
-  dot paths (":bf16q": q given to the kernel as bfloat16), within the bound; combine is a
-  fixed-order merge."""
+  """Other launch configurations (splits past the length included), both layouts and every
+  dot path (":bf16q": q given to the kernel as bfloat16; the f16 dots with the fast
+  decodes, their jnp twins in interpret mode), within the bound; combine is a fixed-order
+  merge."""
   bsz, cap, hkv = SHAPE
   group = 4
   dots, _, bf16q = dots.partition(":")
@@ -476,12 +540,14 @@ def test_splits_and_blocks(n_splits, block_s, dots, layout, kfmt, vfmt, dim):
   lengths = _lengths(bsz, cap)
   q_rows = jnp.pad(q.reshape(bsz, hkv, group, dim), ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
   qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
-  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots, layout=layout)
+  cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots, layout=layout,
+                           decode="fast" if dots == "f16" else "integer")
   o, lse = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
                                kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim),
                                capacity=cap, page_size=cap, sm_scale=dim ** -0.5, config=cfg,
                                interpret=INTERPRET)
-  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32",
+                          f16=dots == "f16")
   assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, "o")
 
 
@@ -574,11 +640,12 @@ def _row_plus_range(defs, v: str, n: int) -> bool:
                          + _slow(("nvfp4", "f32", "elements")))
 def test_triton_lowering(fmt, dots, layout):
   """The kernel lowers to Triton IR for the H200 from any host (fp8lab_tests/lowering.py),
-  paged, for every format and both dot paths in the planes layout (and two in the elements
+  paged, for every format and every dot path in the planes layout (and two in the elements
   layout): no float division, no fp8 / fp4 types (the integer decode), IEEE float32 dots on
   the f32 path (no tf32); bf16 x bf16 dots on the bf16x3 path where split_serves takes the
   operand, one per plane for q @ K^T (q bfloat16 for every other format: one part; else
-  three) and three per plane for p @ V; where planes_serve takes the operand, its words
+  three) and three per plane for p @ V; f16 x f16 dots on the f16 path where f16_serves
+  takes it (q: one part or two; p: two), the bf16x3 dots where it falls back; where planes_serve takes the operand, its words
   load as (block_s, D / per_word) i32 tiles at offsets row + iota (contiguous: vector
   loads, each word once) and no (block_s, D) gather of words remains; the elements layout
   keeps that gather."""
@@ -597,14 +664,19 @@ def test_triton_lowering(fmt, dots, layout):
                      aval((bsz, cap // 32), jnp.int32), kv, kv)
   assert "tt.func" in ir and "arith.divf" not in ir
   assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
-  split = dots == "bf16x3" and AK.split_serves(plan)
   planes = layout == "planes" and AK.planes_serve(plan)
+  f16 = dots == "f16" and planes and AK.f16_serves(plan)
+  split = dots in ("bf16x3", "f16") and AK.split_serves(plan) and not f16
   pw = plan.per_word if planes else 1
   dots_ = re.findall(r"tt\.dot .*", ir)
-  assert len(dots_) == pw * ((1 if q_bf16 else 3) + 3 if split else 2), len(dots_)
-  if split:
+  if f16:                              # q: one part (bfloat16) or two; p: two, per plane
+    assert len(dots_) == pw * ((1 if q_bf16 else 2) + 2), len(dots_)
+    assert all(re.search(r": tensor<\d+x\d+xf16> \* tensor<\d+x\d+xf16>", d) for d in dots_)
+  elif split:
+    assert len(dots_) == pw * ((1 if q_bf16 else 3) + 3), len(dots_)
     assert all(re.search(r": tensor<\d+x\d+xbf16> \* tensor<\d+x\d+xbf16>", d) for d in dots_)
   else:
+    assert len(dots_) == pw * 2, len(dots_)
     assert "inputPrecision = tf32" not in ir
     assert all(re.search(r": tensor<\d+x\d+xf32> \* tensor<\d+x\d+xf32>", d) for d in dots_)
   if plan.kind == "float":
@@ -619,6 +691,31 @@ def test_triton_lowering(fmt, dots, layout):
       ptr = defs[_args(op)[0]]                              # tt.addptr %base, %offsets
       assert ptr.startswith("tt.addptr"), ptr
       assert _row_plus_range(defs, _args(ptr)[1], dim // pw), ptr
+
+
+@pytest.mark.parametrize("fmt,want", [("e4m3_block", "cvt.rn.f16x2.e4m3x2"),
+                                      ("e5m2", "cvt.rn.f16x2.e5m2x2"), ("nvfp4", "lop3.b32"),
+                                      ("mxfp4", "lop3.b32")])
+def test_triton_lowering_fast_decode(fmt, want):
+  """decode="fast" (the compiled default on the H200) lowers the planes' decode to inline
+  PTX: fp8 -> float16 converts for e4m3 / e5m2, the e2m1 integer program for fp4 (MX
+  included, whose bf16x3 planes take the same decode), one asm call per plane of K and V;
+  still no fp8 / fp4 types in the IR."""
+  bsz, cap, hkv, dim = 2, 256, 2, 128
+  x = jnp.zeros((bsz, cap, hkv, dim), jnp.bfloat16)
+  kv = jax.eval_shape(lambda a: _kv(fmt, a), x)
+  plan = AK.kv_plan(kv, dim)
+  assert AK.plane_decode(plan, "fast", False) == ("e2m1_asm" if "fp4" in fmt else "native")
+  cfg = AK.AttentionConfig(block_s=64, n_splits=2, dots="f16", decode="fast")
+  f = lambda q_rows, qpos, n, k, v: AK.attention_pallas(
+      q_rows, qpos, n, None, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=cap,
+      sm_scale=0.1, config=cfg)
+  aval = jax.ShapeDtypeStruct
+  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.bfloat16), aval((bsz, 16), jnp.int32),
+                     aval((bsz,), jnp.int32), kv, kv)
+  asm = re.findall(r"tt\.elementwise_inline_asm .*", ir)
+  assert len(asm) == 2 * plan.per_word and all(want in a for a in asm), len(asm)
+  assert not re.search(r"\bf8E|\bf4E", ir)
 
 
 @gpu
@@ -641,7 +738,8 @@ def test_compiled_target_shape(fmt, dots):
   o, _ = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
                              kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), capacity=cap,
                              page_size=cap, sm_scale=dim ** -0.5, config=cfg)
-  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32")
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32",
+                          f16=dots == "f16")
   assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, f"{fmt} {dots}")
 
 

@@ -5,15 +5,16 @@ docs/attention_kernel.md how they work and what they serve."""
 
 from __future__ import annotations
 
-from fp8lab.kernels.attention.kernel import (DOTS, LAYOUTS, MIN_DOT_K, MIN_ROWS,
+from fp8lab.kernels.attention.kernel import (DECODES, DOTS, LAYOUTS, MIN_DOT_K, MIN_ROWS,
                                              AttentionConfig, KVPlan, attention_config,
                                              attention_pallas, attention_partials, combine,
-                                             kv_plan, planes_serve, serves, split_bf16,
-                                             split_serves)
+                                             f16_serves, kv_plan, plane_decode, planes_serve,
+                                             serves, split_bf16, split_serves)
 from fp8lab.kernels.attention.prefill import (PREFILL_COMPUTE, PrefillConfig, fp8_serves,
                                               prefill_config, prefill_pallas)
 
-__all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "MIN_DOT_K", "DOTS", "LAYOUTS",
+__all__ = ["AttentionConfig", "KVPlan", "MIN_ROWS", "MIN_DOT_K", "DOTS", "DECODES", "LAYOUTS",
+           "f16_serves", "plane_decode",
            "attention_config", "attention_pallas", "attention_partials", "combine", "kv_plan",
            "planes_serve", "serves", "split_bf16", "split_serves", "PREFILL_COMPUTE",
            "PrefillConfig", "prefill_config", "prefill_pallas", "fp8_serves"]

@@ -43,17 +43,25 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from fp8lab.kernels import device, unpack
+from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _row_max, _scale_pow2, _x_shift
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_plan,
                                          kv_refs, load_kv, load_kv_split, serves,
                                          softmax_step, split_serves)
 
 __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
            "attention_partials", "combine", "attention_pallas", "MIN_ROWS", "DOTS",
-           "LAYOUTS", "MIN_DOT_K", "split_serves", "split_bf16", "planes_serve"]
+           "LAYOUTS", "DECODES", "MIN_DOT_K", "split_serves", "split_bf16", "planes_serve",
+           "f16_serves", "plane_decode"]
 
 # tl.dot needs M >= 16: the query rows of a program are padded to a power of two >= 16.
 MIN_ROWS = 16
-DOTS = ("f32", "bf16x3")
+DOTS = ("f32", "bf16x3", "f16")
+# How the planes layout decodes e4m3 / e5m2 / e2m1 codes (AttentionConfig.decode): "integer"
+# (the float16 route, shifts and masks: unpack.decode_planes_16bit), "fast" (e4m3 / e5m2 by
+# the fp8 -> float16 converts of sm_89+, e2m1 by the inline-PTX integer program:
+# unpack.decode_planes_native / decode_planes_e2m1_asm; their jnp twins in interpret mode),
+# "auto" ("fast" where the device has it when compiled, "integer" in interpret mode).
+DECODES = ("auto", "integer", "fast")
 # K / V tile layouts (AttentionConfig.layout): "planes" (whole words loaded contiguously,
 # code j of every word decoded as plane j) or "elements" (one code per lane, natural order).
 LAYOUTS = ("planes", "elements")
@@ -69,19 +77,23 @@ class AttentionConfig:
   for the others) or "f32" (IEEE float32 dots throughout); `layout`: "planes" (K / V words
   loaded as contiguous (block_s, D / per_word) tiles and decoded a code plane at a time,
   for the operands planes_serve takes; the others "elements") or "elements" (one code per
-  lane in natural order, every operand)."""
+  lane in natural order, every operand), or "f16" (float16 dots for the operands f16_serves
+  takes, bf16x3 for the others); `decode`: one of DECODES."""
   block_s: int = 64
   n_splits: int = 1
   num_warps: int = 4
   num_stages: int = 2
   dots: str = "bf16x3"
   layout: str = "planes"
+  decode: str = "auto"
 
   def __post_init__(self):
     if self.dots not in DOTS:
       raise ValueError(f"dots must be one of {DOTS}, got {self.dots!r}")
     if self.layout not in LAYOUTS:
       raise ValueError(f"layout must be one of {LAYOUTS}, got {self.layout!r}")
+    if self.decode not in DECODES:
+      raise ValueError(f"decode must be one of {DECODES}, got {self.decode!r}")
     if self.block_s < 16 or self.block_s & (self.block_s - 1):
       raise ValueError(f"block_s must be a power of two >= 16, got {self.block_s}")
     if self.n_splits < 1:
@@ -145,25 +157,88 @@ def planes_serve(plan: KVPlan) -> bool:
   return not plan.has_scales or plan.block_len % plan.per_word == 0
 
 
-def _route_factor(plan: KVPlan) -> float:
-  """The power of two between a plane's float16-route values and the true ones (exact)."""
-  return 2.0 ** -unpack.f16_route_log2(plan.elem)
+def f16_serves(plan: KVPlan) -> bool:
+  """Whether the "f16" dots take this operand: planes (planes_serve) of e4m3 / e5m2 / e2m1
+  / float16 codes whose values are exact in float16 (the float16 route, or the native
+  decode's true values) times a factor that keeps them exact: none (per tensor, per token
+  and head: those factors go on the scores' / p's columns) or NVFP4's E4M3 block scale
+  (code * 2^-14 times the scale's float16 value: <= 6 significant bits, >= 2^-24). Not MX
+  (E8M0 scales span float32's range), float32 block scales shorter than D, bfloat16."""
+  if not planes_serve(plan) or plan.elem.name == "bf16":
+    return False
+  if plan.kind == "block":
+    return plan.block_len == plan.dim
+  return plan.kind in ("tensor", "none", "nvfp4")
 
 
-def _load_kv_planes(plan: KVPlan, refs, rows_off, valid, block_s: int, bf16: bool):
+def plane_decode(plan: KVPlan, decode: str, interpret: bool) -> str:
+  """The unpack.PAIR_LAYOUTS order (= which decode) of the operand's planes for
+  AttentionConfig.decode: "native" (e4m3 / e5m2 by fp8 -> float16 converts), "e2m1_asm"
+  (e2m1 by inline PTX), "code" (the integer float16 route). "auto" is "fast" when compiled
+  (native where device.has_fp8_converts, the e2m1 asm on any CUDA GPU) and "integer" in
+  interpret mode; "fast" in interpret mode runs the decodes' jnp twins. Block scales
+  shorter than two words keep "code" (a pair order puts codes of two words in one column
+  pair)."""
+  if decode == "integer" or plan.elem is None or plan.per_word == 1:
+    return "code"
+  if plan.has_scales and plan.block_len < plan.dim and plan.block_len < 2 * plan.per_word:
+    return "code"                      # pair orders mix words e, e + 1: one block for both
+  if decode == "auto":
+    if interpret:
+      return "code"
+    if plan.elem.f16x2_convert and device.has_fp8_converts():
+      return "native"
+    if plan.elem.name == "e2m1" and device.cuda_capability() is not None:
+      return "e2m1_asm"
+    return "code"
+  if plan.elem.f16x2_convert:
+    return "native"
+  return "e2m1_asm" if plan.elem.name == "e2m1" else "code"
+
+
+def _route_log2(plan: KVPlan, order: str) -> int:
+  """log2 of the power of two between a plane's float16 values and the true ones: the
+  float16 route's (e4m3: -8, e5m2: 0, e2m1: -14; the e2m1 asm gives the same bits), 0 for
+  the native decode (true values)."""
+  return 0 if order == "native" else unpack.f16_route_log2(plan.elem)
+
+
+def _plane_elements(pw: int, dw: int, order: str):
+  """The element index (along D) of column w of each plane, for planes in `order`
+  (unpack.PAIR_LAYOUTS): with words paired (e, e + 1), column e + g of plane j holds the
+  code at offset pair_offsets[j, g] of the pair's 2 * pw codes. "code": w * pw + j."""
+  w = lax.iota(jnp.int32, dw)
+  if pw == 1:
+    return [w]
+  g = w % 2
+  off = unpack.pair_offsets(order, pw)
+  return [(w - g) * pw + int(off[j, 0]) + g * int(off[j, 1] - off[j, 0]) for j in range(pw)]
+
+
+def _decode_planes(words, plan: KVPlan, order: str, interpret: bool):
+  if order == "native":
+    return unpack.decode_planes_native(words, plan.elem, interpret=interpret)
+  if order == "e2m1_asm":
+    return unpack.decode_planes_e2m1_asm(words, interpret=interpret)
+  return unpack.decode_planes_16bit(words, plan.elem)
+
+
+def _load_kv_planes(plan: KVPlan, refs, rows_off, valid, block_s: int, operand: str,
+                    order: str = "code", interpret: bool = False):
   """The "planes" layout: (planes, per-position float32 factor (block_s,) or None).
 
   The block's words load as one contiguous (block_s, D / per_word) uint32 tile (word w of
   row r at r * (D / per_word) + w: plain offsets, vector loads, each word loaded once);
-  plane j (code j of every word, two codes per integer op: unpack.decode_planes_16bit)
-  holds element w * per_word + j in column w, as its float16-route value (true value *
-  2^f16_route_log2) times its block factor: E8M0 2^(c - 127) (MX, exact), NVFP4's E4M3
-  scale (exact: <= 6 significant bits), a shorter-than-D float32 block scale (f32 dots
-  only: not exact in bfloat16). Left out, for the caller to apply: per-token-head scales
-  (the position factor, on the scores' / p's columns), the tensor scale / S_dec and the
-  route factor (constants: on the scores, or on o once after the loop). `bf16`: the planes
-  as bfloat16 (exact where split_serves), else float32. Rows past the length are masked in
-  every load, their words zeroed (so their planes are zeros) and their position factors 0."""
+  the planes (code planes in `order`: _plane_elements says which element each column
+  holds) hold each code as its float16 value (true value * 2^_route_log2) times its block
+  factor: E8M0 2^(c - 127) (MX, exact), NVFP4's E4M3 scale (exact: <= 6 significant bits;
+  multiplied in float16 for the "f16" operand), a shorter-than-D float32 block scale (f32
+  dots only: not exact in bfloat16). Left out, for the caller to apply: per-token-head
+  scales (the position factor, on the scores' / p's columns), the tensor scale / S_dec and
+  the route factor (constants: on the scores, or on o once after the loop). `operand`:
+  the planes' dtype, "f16" (f16_serves operands), "bf16" (exact where split_serves) or
+  "f32". Rows past the length are masked in every load, their words zeroed (so their
+  planes are zeros) and their position factors 0."""
   words_ref, scales_ref, _ = refs
   pw = plan.per_word
   dw = plan.dim // pw
@@ -173,29 +248,36 @@ def _load_kv_planes(plan: KVPlan, refs, rows_off, valid, block_s: int, bf16: boo
   # Zeroed words past the length (one select per word, not per code): every code there is
   # +0, and every factor is finite (masked scale loads read 0), so the planes hold zeros.
   words = jnp.where(mask, words, jnp.uint32(0))
-  planes16 = unpack.decode_planes_16bit(words, plan.elem)
+  planes16 = _decode_planes(words, plan, order, interpret)
   factor = pos_f = None
   if plan.kind == "block" and plan.block_len == plan.dim:
     pos_f = jnp.where(valid, plgpu.load(scales_ref.at[rows_off], mask=valid, other=0), 0.0)
   elif plan.has_scales:                # whole words per block: the block of column w
     nb = plan.dim // plan.block_len
+    # Column w holds a code of word w ("code") or of word e or e + 1 of its pair (the
+    # pair orders, which plane_decode takes only where a pair of words shares a block):
+    # either way the block of word w.
     soffs = (rows_off * nb)[:, None] + (w // (plan.block_len // pw))[None, :]
     c = plgpu.load(scales_ref.at[soffs], mask=mask, other=0)
     if plan.kind == "mx":
       factor = unpack.e8m0_scale_to_f32(c)
     elif plan.kind == "nvfp4":
-      factor = unpack.e4m3_scale_to_f16(c).astype(jnp.float32)
+      factor = unpack.e4m3_scale_to_f16(c)
+      if operand != "f16":
+        factor = factor.astype(jnp.float32)
     else:
       factor = c
+  if operand == "f16":
+    return [h if factor is None else h * factor for h in planes16], pos_f
   out = []
   for h in planes16:
-    if factor is None and bf16 and h.dtype == jnp.bfloat16:
+    if factor is None and operand == "bf16" and h.dtype == jnp.bfloat16:
       out.append(h)
       continue
     x = h.astype(jnp.float32)
     if factor is not None:
       x = x * factor
-    out.append(x.astype(jnp.bfloat16) if bf16 else x)
+    out.append(x.astype(jnp.bfloat16) if operand == "bf16" else x)
   return out, pos_f
 
 
@@ -204,34 +286,70 @@ def _tensor_scale(plan: KVPlan, refs):
   return refs[2][0] if plan.has_tensor_scale else None
 
 
+def _operand_mode(plan: KVPlan, config: AttentionConfig, planes: bool) -> str:
+  """The dot arithmetic of one operand: "f16" (float16 dots: config.dots "f16" on the
+  planes f16_serves takes), "bf16" (the bf16x3 dots: "bf16x3", or "f16" falling back, on
+  what split_serves takes) or "f32" (IEEE float32 dots)."""
+  if config.dots == "f16" and planes and f16_serves(plan):
+    return "f16"
+  if config.dots in ("bf16x3", "f16") and split_serves(plan):
+    return "bf16"
+  return "f32"
+
+
+def _pow2_bits(e):
+  """2^e (float32) for int32 e in [-126, 127], from its exponent field (exact)."""
+  return lax.bitcast_convert_type(((e + 127) << 23).astype(jnp.uint32), jnp.float32)
+
+
+def _f16_shift(a):
+  """For row maxima a >= 0 (float32): s with a * 2^s in [2^14, 2^15) (a normal > 0), clipped
+  to [-113, 126] (0 and subnormal maxima: s = 14 and 126 respectively; NaN / Inf: -113)."""
+  return jnp.clip(_x_shift(a), -113, 126)
+
+
+def _f16_p_parts(t):
+  """p's float16 operand for the "f16" V dots: t (rows, block) >= 0 (p times V's
+  per-position factor) scaled per row by 2^s (its largest element into [2^14, 2^15)), cut
+  into hi (the top 11 significant bits, by masking) and lo = float16(rest); returns
+  ([lo, hi] float16, 2^-s per row). |hi + lo - t 2^s| <= 2^-22 t 2^s for elements >= 2^-14
+  after the scaling (smaller ones, under 2^-28 of the row's largest, keep 2^-24
+  absolutely)."""
+  sh = _f16_shift(jnp.max(t, axis=1))
+  ts = t * _pow2_bits(sh)[:, None]
+  hi, lo = _f16_parts(ts)
+  return [lo, hi], _pow2_bits(-sh)
+
+
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, rows: int,
             capacity: int, page_size: int, pages: int, split_len: int, n_splits: int,
-            sm_scale: float, block_s: int, k_split: bool, v_split: bool, pool_pages: int,
-            k_planes: bool = False, v_planes: bool = False, q_parts: int = 3):
+            sm_scale: float, block_s: int, k_mode: str, v_mode: str, pool_pages: int,
+            k_planes: bool, v_planes: bool, k_order: str, v_order: str, q_parts: int,
+            interpret: bool):
   it = iter(refs)
   q_ref, qpos_ref, len_ref = next(it), next(it), next(it)
+  qs_ref = next(it) if k_mode == "f16" else None
   table_ref = next(it) if paged else None
 
   k_refs, v_refs = kv_refs(it, kplan), kv_refs(it, vplan)
   o_ref, m_ref, l_ref = next(it), next(it), next(it)
   dim = kplan.dim
-  # Plane layouts: the element index of plane j's column w is w * kpw + j (K) / w * vpw + j
-  # (V); one plane of D columns in natural order for the "elements" layout.
+  # Plane layouts: column w of plane j holds element k_elems[j][w] (K) / v_elems[j][w] (V)
+  # (_plane_elements: w * pw + j for the "code" order); one plane of D columns in natural
+  # order for the "elements" layout.
   kpw = kplan.per_word if k_planes else 1
   vpw = vplan.per_word if v_planes else 1
   kdw, vdw = dim // kpw, dim // vpw
+  k_elems = _plane_elements(kpw, kdw, k_order)
+  v_elems = _plane_elements(vpw, vdw, v_order)
 
   b, h, sp = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   r = lax.iota(jnp.int32, rows)
   prog = b * kv_heads + h
-  # q's columns of each K plane, gathered once per program (outside the loop).
-  kw_ = lax.iota(jnp.int32, kdw)
-  if k_split:                          # (q_parts, rows, D) bfloat16 parts of q
-    q_in = [[q_ref[(((prog * q_parts + i) * rows + r) * dim)[:, None]
-                   + (kw_ * kpw + j)[None, :]] for i in range(q_parts)] for j in range(kpw)]
-  else:                                # (rows, D) float32
-    q_in = [q_ref[((prog * rows + r) * dim)[:, None] + (kw_ * kpw + j)[None, :]]
-            for j in range(kpw)]
+  # q's columns of each K plane, gathered once per program (outside the loop): q_parts
+  # parts (B, Hkv, parts, rows, D) float16 / bfloat16, or one float32.
+  q_in = [[q_ref[(((prog * q_parts + i) * rows + r) * dim)[:, None] + k_elems[j][None, :]]
+           for i in range(q_parts)] for j in range(kpw)]
   qpos = qpos_ref[b * rows + r]                                          # (rows,) int32
   length = jnp.clip(plgpu.load(len_ref.at[b]), 0, capacity)
   start = sp * split_len
@@ -239,12 +357,22 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   n_iter = (jnp.maximum(end - start, 0) + (block_s - 1)) // block_s
   # Constants of the plane layouts, exact powers of two: the float16-route factor of K on
   # the scores (with sm_scale), of V on o after the loop.
-  k_sm = sm_scale * (_route_factor(kplan) if k_planes else 1.0)
-  k_scalar = _tensor_scale(kplan, k_refs) if (k_planes or k_split) else None
-  v_scalar = _tensor_scale(vplan, v_refs) if (v_planes or v_split) else None
+  k_sm = sm_scale * (2.0 ** -_route_log2(kplan, k_order) if k_planes else 1.0)
+  k_scalar = _tensor_scale(kplan, k_refs) if (k_planes or k_mode != "f32") else None
+  v_scalar = _tensor_scale(vplan, v_refs) if (v_planes or v_mode != "f32") else None
+  # Per-row factor of the scores: q's 2^-s for the float16 parts, then the constants.
+  k_fac = jnp.float32(k_sm) if k_scalar is None else k_scalar * jnp.float32(k_sm)
+  if qs_ref is not None:
+    k_fac = qs_ref[prog * rows + r] * k_fac                              # (rows,)
+  k_operand = {"f16": "f16", "bf16": "bf16", "f32": "f32"}[k_mode]
 
   def dot32(a, bb):
     return jnp.dot(a, bb, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
+
+  def qk(parts, kt):                   # q parts (smallest last) against one K plane^T
+    if k_mode == "f32":
+      return dot32(parts[0], kt)
+    return _split_dot(parts, kt)
 
   def body(i, carry):
     o, m, l = carry
@@ -254,30 +382,36 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
                                  paged=paged, table_ref=table_ref, pages=pages,
                                  page_size=page_size, pool_pages=pool_pages)
     if k_planes:
-      kb, k_pos = _load_kv_planes(kplan, k_refs, rows_off, valid, block_s, k_split)
+      kb, k_pos = _load_kv_planes(kplan, k_refs, rows_off, valid, block_s, k_operand,
+                                  k_order, interpret)
       s = None
       for j in range(kpw):             # scores = sum_j q_j K_j^T
-        d = _split_dot(q_in[j], kb[j].T) if k_split else dot32(q_in[j], kb[j].T)
+        d = qk(q_in[j], kb[j].T)
         s = d if s is None else s + d
-    elif k_split:
+    elif k_mode == "bf16":
       kb, k_pos, _ = load_kv_split(kplan, k_refs, rows_off, valid, block_s)
-      s = _split_dot(q_in[0], kb.T)
+      s = qk(q_in[0], kb.T)
     else:
       k_pos = None
-      s = dot32(q_in[0], load_kv(kplan, k_refs, rows_off, valid, block_s).T)
+      s = qk(q_in[0], load_kv(kplan, k_refs, rows_off, valid, block_s).T)
     if k_pos is not None:
       s = s * k_pos[None, :]
-    s = s * (jnp.float32(k_sm) if k_scalar is None else k_scalar * jnp.float32(k_sm))
+    s = s * (k_fac[:, None] if qs_ref is not None else k_fac)
     m_new, alpha, p, l = softmax_step(s, valid, pos, qpos, m, l)
+    vs = None
     if v_planes:
-      vb, v_pos = _load_kv_planes(vplan, v_refs, rows_off, valid, block_s, v_split)
-    elif v_split:
+      vb, v_pos = _load_kv_planes(vplan, v_refs, rows_off, valid, block_s, v_mode, v_order,
+                                  interpret)
+    elif v_mode == "bf16":
       vb, v_pos, vs = load_kv_split(vplan, v_refs, rows_off, valid, block_s)
       vb = [vb]
     else:
       vb, v_pos = [load_kv(vplan, v_refs, rows_off, valid, block_s)], None
     pv_in = p if v_pos is None else p * v_pos[None, :]
-    if v_split:
+    if v_mode == "f16":                # float16 parts of p, scaled per row
+      parts, unscale = _f16_p_parts(pv_in)
+      pv = [_split_dot(parts[::-1], x) * unscale[:, None] for x in vb]
+    elif v_mode == "bf16":
       parts = split_bf16(pv_in)
       pv = [_split_dot(parts, x) for x in vb]
       if not v_planes and vs is not None:                 # the elements path: per block
@@ -291,46 +425,66 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   l = jnp.zeros((rows,), jnp.float32)
   o, m, l = lax.fori_loop(0, n_iter, body, (o, m, l))
   part = prog * n_splits + sp
-  vw = lax.iota(jnp.int32, vdw)
   for j, oj in enumerate(o):
     if v_planes:                       # V's constants, once: the route factor, then S_dec
-      oj = oj * jnp.float32(_route_factor(vplan))
+      oj = oj * jnp.float32(2.0 ** -_route_log2(vplan, v_order))
       if v_scalar is not None:
         oj = oj * v_scalar
-    # plane j's column w is element w * vpw + j: stored in natural order (once per program)
-    plgpu.store(o_ref.at[((part * rows + r) * dim)[:, None] + (vw * vpw + j)[None, :]], oj)
+    # plane j's column w is element v_elems[j][w]: stored in natural order (once per program)
+    plgpu.store(o_ref.at[((part * rows + r) * dim)[:, None] + v_elems[j][None, :]], oj)
   plgpu.store(m_ref.at[part * rows + r], m)
   plgpu.store(l_ref.at[part * rows + r], l)
+
+
+def _q_operand(q_rows, k_mode: str):
+  """q's parts for K's dots, (B, Hkv, parts, rows, D), and for "f16" the per-row 2^-s
+  (B, Hkv, rows) float32, else None. "f32": q in float32, one part. "bf16": a bfloat16 q
+  is its own exact part (K's values are exact in bfloat16, so the products are exact
+  either way); other q three exact bfloat16 parts. "f16": q scaled per row by 2^s (its
+  largest |q| into [2^14, 2^15)), then one float16 part for bfloat16 / float16 q (exact
+  where the scaled element is a normal float16: all but those under 2^-28 of the row's
+  largest), two (hi: 11 bits by masking, lo = float16(rest): |hi + lo - x| <= 2^-22 |x|)
+  for float32 q."""
+  if k_mode == "f32":
+    return q_rows.astype(jnp.float32)[:, :, None], None
+  if k_mode == "bf16":
+    if q_rows.dtype == jnp.bfloat16:
+      return q_rows[:, :, None], None
+    return jnp.stack(split_bf16(q_rows.astype(jnp.float32)), axis=2), None
+  q32 = q_rows.astype(jnp.float32)
+  sh = _f16_shift(_row_max(q32))
+  qs = _scale_pow2(q32, sh[..., None])
+  if q_rows.dtype in (jnp.bfloat16, jnp.float16):
+    parts = [qs.astype(jnp.float16)]
+  else:
+    parts = _f16_parts(qs)[::-1]                     # smallest first: _split_dot's order
+  return jnp.stack(parts, axis=2), _exp2_exact(-sh)
 
 
 def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan,
                        capacity: int, page_size: int, sm_scale: float,
                        config: AttentionConfig, interpret: bool = False):
   """The kernel's per-split (o, m, l): (B, Hkv, n_splits, rows, D), (B, Hkv, n_splits,
-  rows) twice, float32. q_rows (B, Hkv, rows, D) float32 or bfloat16 (one exact part on the
-  bf16x3 dots instead of three); qpos (B, rows) int32 (a key at a
-  position > its row's qpos is masked); kv_len (B,) int32; table (B, pages) int32 or None
-  (contiguous: k / v rows b * capacity + pos); k, v the KV operands (QuantizedArrays with
-  leaves (..., Hkv, D / per_word), or float arrays). Arguments are assumed checked."""
+  rows) twice, float32. q_rows (B, Hkv, rows, D) float32 or bfloat16 (fewer exact parts on
+  the bf16x3 / f16 dots); qpos (B, rows) int32 (a key at a position > its row's qpos is
+  masked); kv_len (B,) int32; table (B, pages) int32 or None (contiguous: k / v rows
+  b * capacity + pos); k, v the KV operands (QuantizedArrays with leaves (..., Hkv,
+  D / per_word), or float arrays). Arguments are assumed checked."""
   bsz, kv_heads, rows, dim = q_rows.shape
   n_splits = config.n_splits
   split_len = pl.cdiv(pl.cdiv(capacity, n_splits), config.block_s) * config.block_s
   paged = table is not None
   pages = table.shape[1] if paged else 1
-  k_split = config.dots == "bf16x3" and split_serves(kplan)
-  v_split = config.dots == "bf16x3" and split_serves(vplan)
   k_planes = config.layout == "planes" and planes_serve(kplan)
   v_planes = config.layout == "planes" and planes_serve(vplan)
-  # bf16x3: a bfloat16 q is its own single exact part (K's values are exact in bfloat16,
-  # so the products are exact either way); other q three parts (B, Hkv, parts, rows, D).
-  if not k_split:
-    q_in = q_rows.astype(jnp.float32)
-  elif q_rows.dtype == jnp.bfloat16:
-    q_in = q_rows[:, :, None]
-  else:
-    q_in = jnp.stack(split_bf16(q_rows.astype(jnp.float32)), axis=2)
-  q_parts = q_in.shape[2] if k_split else 1
+  k_mode = _operand_mode(kplan, config, k_planes)
+  v_mode = _operand_mode(vplan, config, v_planes)
+  k_order = plane_decode(kplan, config.decode, interpret) if k_planes else "code"
+  v_order = plane_decode(vplan, config.decode, interpret) if v_planes else "code"
+  q_in, q_unscale = _q_operand(q_rows, k_mode)
   operands = [q_in.reshape(-1), qpos.reshape(-1), kv_len.astype(jnp.int32)]
+  if q_unscale is not None:
+    operands.append(q_unscale.reshape(-1))
   if paged:
     operands.append(table.astype(jnp.int32).reshape(-1))
   operands += kv_leaves(k, kplan) + kv_leaves(v, vplan)
@@ -338,9 +492,10 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
   kernel = functools.partial(
       _kernel, kplan=kplan, vplan=vplan, paged=paged, kv_heads=kv_heads, rows=rows,
       capacity=capacity, page_size=page_size, pages=pages, split_len=split_len,
-      n_splits=n_splits, sm_scale=float(sm_scale), block_s=config.block_s, k_split=k_split,
-      v_split=v_split, pool_pages=k.shape[0] if paged else 1, k_planes=k_planes,
-      v_planes=v_planes, q_parts=q_parts)
+      n_splits=n_splits, sm_scale=float(sm_scale), block_s=config.block_s, k_mode=k_mode,
+      v_mode=v_mode, pool_pages=k.shape[0] if paged else 1, k_planes=k_planes,
+      v_planes=v_planes, k_order=k_order, v_order=v_order, q_parts=q_in.shape[2],
+      interpret=interpret)
   o, m, l = pl.pallas_call(
       kernel,
       out_shape=(jax.ShapeDtypeStruct((n_parts * rows * dim,), jnp.float32),
