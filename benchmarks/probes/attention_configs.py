@@ -53,6 +53,9 @@ _TOP = flags.DEFINE_integer("top", 3, "Best variants per format carried to the o
 _REPS = flags.DEFINE_integer("reps", 10, "Timed calls.")
 _BUDGET = flags.DEFINE_float("time_budget_s", 0.0, "Stop starting variants after this long.")
 _OUT = flags.DEFINE_string("out", None, "Results JSON.")
+_LAUNCHES = flags.DEFINE_integer("ncu_launches", 0, "If > 0: no timing; launch each (format, "
+                                 "variant) at the first size this many times, for Nsight "
+                                 "Compute (ncu -k regex:fp8lab_attention --launch-skip ...).")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,6 +163,17 @@ def main(argv):
       res.append((us if row.get("status") == "ok" and row.get("finite") else float("inf"), var))
     return res
 
+  if _LAUNCHES.value:
+    for fmt in _FORMATS.value:
+      args, _ = _inputs(shapes[0], fmt, seed=0)
+      kplan, vplan = AK.kv_plan(args[3], shapes[0][4]), AK.kv_plan(args[4], shapes[0][4])
+      for var in variants:
+        cfg = var.config(shapes[0][0], shapes[0][3], shapes[0][1], shapes[0][4], interpret)
+        f = jax.jit(_op(shapes[0], kplan, vplan, cfg, interpret))
+        for _ in range(_LAUNCHES.value):
+          jax.block_until_ready(f(*args))
+        print(f"launched {fmt} {var.name()} x{_LAUNCHES.value}", flush=True)
+    return
   best = {}
   for fmt in _FORMATS.value:
     res = run(shapes[0], fmt, variants)
