@@ -565,7 +565,7 @@ def test_planes_serve():
                                                                               64, 4))
   assert not AK.planes_serve(plan("e4m3_block", 64, 2))      # a scale per half word
   assert not AK.planes_serve(AK.kv_plan(jnp.zeros((1, 4, 1, 128)), 128))
-  assert AK.AttentionConfig().dots == "bf16x3" and AK.AttentionConfig().layout == "planes"
+  assert AK.AttentionConfig().dots == "f16" and AK.AttentionConfig().layout == "planes"
   with pytest.raises(ValueError, match="layout must be"):
     AK.AttentionConfig(layout="rows")
 
@@ -919,16 +919,22 @@ def test_errors_before_tracing(monkeypatch):
     upd(k, jnp.zeros((bsz, 1, hkv, 64)), jnp.array([0, 1], jnp.int32), scale=1.0)
 
 
-def test_default_implementation_is_reference_until_verified():
-  """_KERNEL_DEFAULT is empty: implementation=None runs the reference (same bits)."""
+def test_default_implementation():
+  """implementation=None: the decode kernel on a GPU for the packed KV kinds verified
+  there, never for plain float arrays (cudnn is faster over them); the reference on a CPU
+  (same bits as asking for it)."""
   import sys
   A = sys.modules["fp8lab.ops.attention"]
-  assert A._KERNEL_DEFAULT == frozenset()
+  assert A._KERNEL_DEFAULT == frozenset({"tensor", "block", "mx", "nvfp4"})
   bsz, cap, hkv = SHAPE
   k = _kv("e4m3_block", _normal(39, (bsz, cap, hkv, 64)))
   q = _normal(40, (bsz, 1, hkv, 64))
   a = np.asarray(fp8lab.attention(q, k, k))
-  b = np.asarray(fp8lab.attention(q, k, k, implementation="reference"))
+  b = np.asarray(fp8lab.attention(q, k, k, implementation="pallas" if ON_GPU else "reference"))
+  np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+  kf = _normal(41, (bsz, cap, hkv, 64)).astype(jnp.bfloat16)
+  a = np.asarray(fp8lab.attention(q, kf, kf), np.float32)
+  b = np.asarray(fp8lab.attention(q, kf, kf, implementation="reference"), np.float32)
   np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
 
 

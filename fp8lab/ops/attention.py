@@ -5,8 +5,9 @@ Two implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "refere
 jnp in float32 over K / V dequantized by the golden model) and "pallas": by shape and
 `compute`, the split-K flash-decoding kernel (fp8lab/kernels/attention/kernel.py) for few
 query rows per KV head (Tq * group <= DECODE_ROWS) or the flash-attention prefill kernel
-(prefill.py) for more. `implementation=None` takes the kernels on a GPU only for the KV kinds
-in `_KERNEL_DEFAULT` (those verified compiled; none yet), the reference elsewhere.
+(prefill.py) for more. `implementation=None` takes the decode kernel on a GPU for the KV kinds
+in `_KERNEL_DEFAULT` (verified compiled and measured faster than the other paths over the
+same bytes: docs/attention_kernel.md), the reference elsewhere (prefill included).
 """
 
 from __future__ import annotations
@@ -35,12 +36,18 @@ __all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV"
 HEAD_DIMS = (64, 128, 256)
 # attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
 _IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
-# KV kinds (KVPlan.kind of K and V) whose default on a GPU is the kernel, once its compiled
-# tests have passed there; the others keep the reference as their default.
-_KERNEL_DEFAULT: frozenset[str] = frozenset()
-# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "bf16x3" (default:
-# exact bfloat16 parts on the tensor cores for the operands kernels/attention.split_serves
-# takes, IEEE float32 dots for the others) or "f32" (IEEE float32 dots throughout).
+# KV kinds (KVPlan.kind of K and V) whose default on a GPU is the decode kernel: its compiled
+# tests pass on the H200, where it is faster than XLA's bf16 attention (over bf16 K / V, so
+# faster still than the reference, which dequantizes first) and JAX's Pallas gqa decode
+# kernel at every measured size (benchmarks/results/attention_h200_*; docs/attention_kernel.md
+# section 4). Plain float arrays ("float") keep the reference (cudnn's bf16 decode, which
+# users call for them, beats the kernel there); prefill keeps the reference (unmeasured).
+_KERNEL_DEFAULT: frozenset[str] = frozenset({"tensor", "block", "mx", "nvfp4"})
+# The kernel's dot arithmetic (AttentionConfig.dots), read at each call: "f16" (default:
+# float16 dots on float16 planes with q / p as scaled float16 hi + lo parts where
+# kernels/attention.f16_serves takes the operand, else as "bf16x3"), "bf16x3" (exact
+# bfloat16 parts on the tensor cores for the operands split_serves takes, IEEE float32 dots
+# for the others) or "f32" (IEEE float32 dots throughout).
 DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
 # The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
 # kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
@@ -173,8 +180,9 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise ValueError("attention: compute='fp8' takes K and V in e4m3 per tensor or per token "
                      "and head (\"e4m3\", \"e4m3_block\" with block_shape (D,)); use "
                      "compute='bf16' for the other formats")
-  impl = _resolve(implementation, interpret, k, v, dim)
-  dots = os.environ.get(DOTS_ENV, "") or "bf16x3"
+  decode = compute in (None, "f32") and tq * (hq // hkv) <= DECODE_ROWS
+  impl = _resolve(implementation, interpret, k, v, dim, decode)
+  dots = os.environ.get(DOTS_ENV, "") or "f16"
   if dots not in attn_kernel.DOTS:
     raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
   layout = os.environ.get(LAYOUT_ENV, "") or "planes"
@@ -272,13 +280,13 @@ def _check_table_values(table, num_pages: int) -> None:
                      f"{num_pages}), got values in [{val.min()}, {val.max()}]")
 
 
-def _resolve(implementation, interpret: bool, k, v, dim: int) -> str:
+def _resolve(implementation, interpret: bool, k, v, dim: int, decode: bool) -> str:
   if implementation not in _IMPLEMENTATIONS:
     raise ValueError(f"attention: implementation must be one of {_IMPLEMENTATIONS}, got "
                      f"{implementation!r}")
   if implementation is None and not interpret:
     kinds = {attn_kernel.kv_plan(x, dim).kind for x in (k, v)}
-    if _op.on_gpu() and kinds <= _KERNEL_DEFAULT:
+    if _op.on_gpu() and decode and kinds <= _KERNEL_DEFAULT:
       return "pallas"
     return "reference"
   return _op.resolve_implementation("attention", implementation, interpret)

@@ -83,7 +83,7 @@ class AttentionConfig:
   n_splits: int = 1
   num_warps: int = 4
   num_stages: int = 2
-  dots: str = "bf16x3"
+  dots: str = "f16"
   layout: str = "planes"
   decode: str = "auto"
 
@@ -106,10 +106,12 @@ def _next_pow2(n: int) -> int:
 
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
                      interpret: bool = False) -> AttentionConfig:
-  """The default launch (bf16x3 dots, planes layout): block_s 64 (32 for D = 256: the K / V
-  tiles live in registers), and enough KV splits that B * Hkv * n_splits fills two waves of
-  the device's SMs, no more than the cache has blocks (a power of two)."""
-  block_s = 64 if dim <= 128 else 32
+  """The default launch (f16 dots, planes layout, decode "auto"): block_s 128 (32 for
+  D = 256: the K / V tiles live in registers), 4 warps, 2 stages (the fastest on the H200
+  for every KV format at B = 8, KV 32K: benchmarks/results/attention_configs_h200_*), and
+  enough KV splits that B * Hkv * n_splits fills two waves of the device's SMs, no more
+  than the cache has blocks (a power of two)."""
+  block_s = 128 if dim <= 128 else 32
   blocks = -(-capacity // block_s)
   want = -(-2 * device.sm_count(interpret) // max(1, batch * kv_heads))
   n_splits = min(_next_pow2(want), _next_pow2(blocks))
