@@ -425,3 +425,34 @@ def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
       (op, "64x128", 2, "ok") for op in ("pallas", "xla_packed", "xla_parts", "xla_e4m3")}
   with pytest.raises(ValueError, match="smoke"):
     tune.build([("smoke", doc)])
+
+
+def test_named_llama_plan_is_the_decode_steps_grid():
+  """The decode step's shapes x batches 1, 16, 64 with every path the tuner chooses among
+  (the xla path at batch 1 only) and XLA's float8 and bfloat16 baselines."""
+  from benchmarks import bench_gemv  # pylint: disable=import-outside-toplevel
+  default = bench_gemv.Grid(ops=("pallas",), formats=bench_gemv.DEFAULT_FORMATS,
+                            sizes=("64x64",), batches=(1,))
+  (grid,) = bench_gemv.parse_plan(bench_gemv.NAMED_PLANS["llama"], default)
+  assert grid == bench_gemv.Grid(
+      ops=("xla_e4m3", "xla_bf16", "pallas", "xla_packed", "xla_parts"),
+      formats=("e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "bf16"),
+      sizes=("28672x4096", "4096x14336", "6144x4096", "4096x4096", "128256x4096"),
+      batches=(1, 16, 64), op_batches=(("xla_packed", (1,)),))
+  # every op the plan times is a candidate or a recorded baseline of the tuner
+  assert set(grid.ops) == set(tune.OP_IMPLEMENTATIONS) | set(tune.BASELINE_OPS)
+
+
+def test_llama_plan_on_a_cpu_times_xla_packed_at_batch_1_only(tmp_path):
+  out = tmp_path / "gemv.json"
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
+  proc = subprocess.run(
+      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), "--plan=llama",
+       "--formats=nvfp4", "--sizes=64x128", "--batches=1,2", f"--out={out}"],
+      env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  doc = json.loads(out.read_text())
+  assert {(r["op"], r["batch"], r["status"]) for r in doc["rows"]} == {
+      (op, b, "ok") for op in ("xla_e4m3", "xla_bf16", "pallas", "xla_parts") for b in (1, 2)
+  } | {("xla_packed", 1, "ok")}
