@@ -188,7 +188,8 @@ _PLAN = flags.DEFINE_string(
     f"NAMED_PLANS ({', '.join(NAMED_PLANS)}).")
 _SUMMARIZE = flags.DEFINE_string(
     "summarize", None, "Print the table of an existing results JSON (filtered by --sizes, "
-    "--batches, --formats, --ops when given) and exit.")
+    "--batches, --formats, --ops when given) and exit; several comma-separated files: a "
+    "table each, and one --roofline picture of them all.")
 _ROOFLINE = flags.DEFINE_string(
     "roofline", None, "Also draw the roofline picture (PNG) of the results, of this run or "
     "of --summarize's file: achieved bandwidth (bytes needed / op device time) per format, "
@@ -729,35 +730,55 @@ def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
 # --- the roofline picture ------------------------------------------------------------------
 
 
-def roofline_data(doc: dict[str, Any]) -> dict[str, Any]:
-  """What the roofline picture shows, from a results document (no matplotlib needed):
+def roofline_data(docs: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
+  """What the roofline picture shows, from one results document or several (runs that
+  timed different formats; no matplotlib needed):
     time     "device" (op device time, the profiler's) or "host" where no row has one (a run
              off the GPU: the picture then says so);
-    copy_GBps  the run's copy bandwidth;
-    cells    [size, batch] pairs, the x axis: sizes in the run's order, batches ascending;
-    formats  {format: {op: [GB/s or None per cell]}}, fp8lab's ops per weight format;
-    xla      {op: [GB/s or None per cell]}, XLA's GEMVs (drawn in every format's panel).
+    cells    [size, batch] pairs, the x axis: sizes in the runs' order, batches ascending;
+    panels   one per weight format and run, in registry order: {"format", "run" (the run's
+             date), "copy_GBps" (that run's copy bandwidth), "fp8lab": {op: [GB/s or None
+             per cell]} (fp8lab's ops over that format), "xla": {op: [...]} (XLA's GEMVs of
+             the same run, drawn beside them)};
+    title    the device and the runs' dates.
   GB/s = the row's bytes_needed (weights as stored, x and y, each once) / its time."""
-  rows = [r for r in doc["rows"] if r.get("status") == "ok" and r.get("bytes_needed")]
-  device = any(r.get("device_us_per_op") for r in rows)
+  docs = [docs] if isinstance(docs, dict) else list(docs)
+  runs = [[r for r in d["rows"] if r.get("status") == "ok" and r.get("bytes_needed")]
+          for d in docs]
+  device = any(r.get("device_us_per_op") for rows in runs for r in rows)
   key = "device_us_per_op" if device else "time_us"
-  rows = [r for r in rows if r.get(key)]
-  sizes = list(dict.fromkeys(r["size"] for r in rows))
-  cells = [[s, b] for s in sizes for b in sorted({r["batch"] for r in rows if r["size"] == s})]
+  runs = [[r for r in rows if r.get(key)] for rows in runs]
+  every = [r for rows in runs for r in rows]
+  sizes = list(dict.fromkeys(r["size"] for r in every))
+  cells = [[s, b] for s in sizes for b in sorted({r["batch"] for r in every if r["size"] == s})]
   index = {(s, b): i for i, (s, b) in enumerate(cells)}
   fmt_order = {f: i for i, f in enumerate(FORMATS)}
   op_order = {op: i for i, op in enumerate(FP8LAB_OPS + XLA_OPS)}
-  formats: dict[str, dict[str, list]] = {}
-  xla: dict[str, list] = {}
-  for r in sorted(rows, key=lambda r: (fmt_order.get(r["format"], len(fmt_order)),
-                                       op_order.get(r["op"], len(op_order)))):
-    series = (xla if r["op"] in XLA_OPS else formats.setdefault(r["format"], {}))
-    vals = series.setdefault(r["op"], [None] * len(cells))
-    vals[index[(r["size"], r["batch"])]] = r["bytes_needed"] / (r[key] * 1e-6) / 1e9
-  return {"time": "device" if device else "host",
-          "copy_GBps": doc.get("copy_bandwidth", {}).get("GBps"), "cells": cells,
-          "formats": formats, "xla": xla,
-          "title": f"{doc.get('machine', {}).get('device_kind', '?')}, {doc.get('date', '')}"}
+
+  def series(rows: list[dict[str, Any]]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in sorted(rows, key=lambda r: op_order.get(r["op"], len(op_order))):
+      vals = out.setdefault(r["op"], [None] * len(cells))
+      vals[index[(r["size"], r["batch"])]] = r["bytes_needed"] / (r[key] * 1e-6) / 1e9
+    return out
+
+  panels = []
+  for doc, rows in zip(docs, runs):
+    xla = series([r for r in rows if r["op"] in XLA_OPS])
+    fmts = {r["format"] for r in rows if r["op"] not in XLA_OPS}
+    for fmt in sorted(fmts, key=lambda f: (fmt_order.get(f, len(fmt_order)), f)):
+      panels.append({"format": fmt, "run": doc.get("date", ""),
+                     "copy_GBps": doc.get("copy_bandwidth", {}).get("GBps"),
+                     "fp8lab": series([r for r in rows if r["format"] == fmt
+                                       and r["op"] not in XLA_OPS]), "xla": xla})
+    if not fmts and xla:                           # XLA's GEMVs alone
+      panels.append({"format": "XLA", "run": doc.get("date", ""),
+                     "copy_GBps": doc.get("copy_bandwidth", {}).get("GBps"), "fp8lab": {},
+                     "xla": xla})
+  panels.sort(key=lambda p: fmt_order.get(p["format"], len(fmt_order)))   # stable: runs' order
+  kinds = sorted({d.get("machine", {}).get("device_kind", "?") for d in docs})
+  return {"time": "device" if device else "host", "cells": cells, "panels": panels,
+          "title": f"{', '.join(kinds)}; " + ", ".join(d.get("date", "?") for d in docs)}
 
 
 _OP_STYLE = {"pallas": ("C0", "-", "o"), "pallas_int": ("C4", "-", "v"),
@@ -767,10 +788,11 @@ _OP_STYLE = {"pallas": ("C0", "-", "o"), "pallas_int": ("C4", "-", "v"),
 
 
 def draw_roofline(data: dict[str, Any], path: str) -> str | None:
-  """Draws roofline_data's picture as a PNG at `path`: one panel per weight format, GB/s
-  per (shape, batch) for fp8lab's ops (solid) and XLA's GEMVs (dashed), the copy bandwidth
-  as a line. Returns None, or why nothing was drawn (no matplotlib, no rows)."""
-  if not data["cells"]:
+  """Draws roofline_data's picture as a PNG at `path`: one panel per weight format (and
+  run), GB/s per (shape, batch) for fp8lab's ops (solid) and XLA's GEMVs of the same run
+  (dashed), that run's copy bandwidth as a line. Returns None, or why nothing was drawn (no
+  matplotlib, no rows)."""
+  if not data["panels"]:
     return "no timed rows in the results"
   try:
     import matplotlib  # pylint: disable=import-outside-toplevel
@@ -778,54 +800,52 @@ def draw_roofline(data: dict[str, Any], path: str) -> str | None:
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   except ImportError:
     return "matplotlib is not importable (pip install fp8lab[bench])"
-  panels = list(data["formats"]) or ["XLA"]
-  cells = data["cells"]
+  panels, cells = data["panels"], data["cells"]
   fig, axes = plt.subplots(len(panels), 1, figsize=(max(9, 0.5 * len(cells) + 5),
                                                     2.4 * len(panels) + 1.2),
                            sharex=True, squeeze=False)
-  x = list(range(len(cells)))
-  spans = {}                                   # size -> the cell indices of its batches
+  spans: dict[str, list[int]] = {}                 # size -> the cell indices of its batches
   for i, (s, _) in enumerate(cells):
     spans.setdefault(s, []).append(i)
-  top = max([v for ser in [*data["xla"].values(),
-                           *(s for f in data["formats"].values() for s in f.values())]
-             for v in ser if v] + [data["copy_GBps"] or 0])
-  for ax, fmt in zip(axes[:, 0], panels):
-    series = [(op, v) for op, v in data["formats"].get(fmt, {}).items()] + list(
-        data["xla"].items())
-    for op, vals in series:
+  top = max([v for p in panels for ser in [*p["fp8lab"].values(), *p["xla"].values()]
+             for v in ser if v] + [p["copy_GBps"] or 0 for p in panels])
+  several_runs = len({p["run"] for p in panels}) > 1
+  for ax, panel in zip(axes[:, 0], panels):
+    fmt = panel["format"]
+    for op, vals in [*panel["fp8lab"].items(), *panel["xla"].items()]:
       color, ls, marker = _OP_STYLE.get(op, ("C9", "-", "."))
       label = op if op in XLA_OPS else f"{fmt} {op}"
-      for idx in spans.values():               # a line per shape, across its batches
+      for idx in spans.values():                   # a line per shape, across its batches
         pts = [(i, vals[i]) for i in idx if vals[i] is not None]
         if pts:
           ax.plot(*zip(*pts), color=color, ls=ls, marker=marker, ms=4, lw=1.2, label=label)
           label = None
-    if data["copy_GBps"]:
-      ax.axhline(data["copy_GBps"], color="C3", lw=1, label="copy bandwidth")
+    if panel["copy_GBps"]:
+      ax.axhline(panel["copy_GBps"], color="C3", lw=1, label="copy bandwidth")
     for idx in list(spans.values())[1:]:
       ax.axvline(idx[0] - 0.5, color="0.85", lw=0.8)
     ax.set_ylim(0, 1.08 * top)
     ax.set_ylabel("GB/s")
-    ax.set_title(fmt, fontsize=10, loc="left")
+    ax.set_title(fmt + (f"  (run {panel['run']})" if several_runs else ""), fontsize=10,
+                 loc="left")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
     ax.grid(axis="y", alpha=0.3)
   bottom = axes[-1, 0]
-  bottom.set_xticks(x, [str(b) for _, b in cells], fontsize=7)
+  bottom.set_xticks(list(range(len(cells))), [str(b) for _, b in cells], fontsize=7)
   bottom.set_xlabel("batch, per weight shape (n_out x k)", fontsize=8, labelpad=16)
   for s, idx in spans.items():
     bottom.annotate(s, ((idx[0] + idx[-1]) / 2, 0), xycoords=("data", "axes fraction"),
                     xytext=(0, -22), textcoords="offset points", ha="center", fontsize=8)
-  fig.suptitle(f"GEMV achieved bandwidth: bytes needed / op {data['time']} time; "
-               f"{data['title']}", fontsize=10)
+  fig.suptitle(f"GEMV achieved bandwidth: bytes needed / op {data['time']} time, against "
+               f"the copy bandwidth of the same run\n{data['title']}", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return None
 
 
-def _draw(doc: dict[str, Any], path: str) -> None:
-  why = draw_roofline(roofline_data(doc), path)
+def _draw(docs: list[dict[str, Any]], path: str) -> None:
+  why = draw_roofline(roofline_data(docs), path)
   print(f"roofline: {path}" if why is None else f"roofline skipped: {why}")
 
 
@@ -833,13 +853,17 @@ def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
   batches = [int(b) for b in _BATCHES.value] if _BATCHES.value else None
   if _SUMMARIZE.value:
-    with open(_SUMMARIZE.value) as f:
-      doc = json.load(f)
-    print(format_table(doc, sizes=_SIZES.value, batches=batches,
-                       formats=_FORMATS.value if flags.FLAGS["formats"].present else None,
-                       ops=_OPS.value if flags.FLAGS["ops"].present else None))
+    docs = []
+    for path in _SUMMARIZE.value.split(","):
+      with open(path) as f:
+        docs.append(json.load(f))
+      if len(docs) > 1:
+        print()
+      print(format_table(docs[-1], sizes=_SIZES.value, batches=batches,
+                         formats=_FORMATS.value if flags.FLAGS["formats"].present else None,
+                         ops=_OPS.value if flags.FLAGS["ops"].present else None))
     if _ROOFLINE.value:
-      _draw(doc, _ROOFLINE.value)
+      _draw(docs, _ROOFLINE.value)
     return
   backend = jax.default_backend()
   # --estimate is for the GPU run: the GPU defaults, not a smoke run's.
@@ -888,7 +912,7 @@ def main(argv: list[str]) -> None:
   print(format_table(doc))
   print(f"\nresults: {out}")
   if _ROOFLINE.value:
-    _draw(doc, _ROOFLINE.value)
+    _draw([doc], _ROOFLINE.value)
   bad = [r for r in doc["rows"] if r.get("agrees") is False or r.get("status") == "error"]
   if bad:
     # Timings are still written; a wrong or failing kernel makes the run fail visibly.

@@ -12,10 +12,10 @@ The rule, per (layout, size, batch) cell of one results file that has a `pallas`
               entry (the fallback, the kernel, runs there: the script prints it).
   pick        the kernel, unless the fastest other candidate is at least MARGIN (3%)
               faster than it in the same run: pallas_us >= (1 + MARGIN) * other_us. The
-              margin keeps a pick from flipping on run-to-run noise (repeated H200 runs of
-              one cell differ by up to ~1-2% in device time) where the paths are even, and
-              the kernel is the path whose numerics the tests pin hardest. Of two other
-              paths with equal times, the one first in dispatch.IMPLEMENTATIONS wins.
+              margin keeps a pick from flipping on run-to-run noise where the paths are
+              even (the spread it covers: docs/gemv_kernel.md section 5), and the kernel is
+              the path whose numerics the tests pin hardest. Of two other paths with equal
+              times, the one first in dispatch.IMPLEMENTATIONS wins.
   record      the pick, ratio = pallas_us / the fastest other candidate's us (None where
               only the kernel was measured; the pick is not "pallas" only when ratio >=
               1 + MARGIN), every candidate's time, and XLA's own GEMVs of the same size and

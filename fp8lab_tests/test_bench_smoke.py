@@ -232,22 +232,42 @@ def _roofline_doc():
 
 def test_roofline_data_from_a_synthetic_run():
   data = bench_gemv.roofline_data(_roofline_doc())
-  assert data["time"] == "device" and data["copy_GBps"] == 3000.0
+  assert data["time"] == "device"
   assert data["cells"] == [["256x512", 1], ["256x512", 16], ["128x64", 4]]
-  assert data["formats"] == {
-      "e4m3": {"pallas": [pytest.approx(2000.0), pytest.approx(1000.0), None],
-               "xla_parts": [pytest.approx(500.0), None, None]},
-      "nvfp4": {"pallas": [None, pytest.approx(1500.0), None]}}
-  assert list(data["formats"]) == ["e4m3", "nvfp4"]          # registry order
-  assert data["xla"] == {"xla_bf16": [None, None, pytest.approx(1200.0)],
-                         "xla_e4m3": [pytest.approx(2000.0), None, None]}
+  xla = {"xla_bf16": [None, None, pytest.approx(1200.0)],
+         "xla_e4m3": [pytest.approx(2000.0), None, None]}
+  assert data["panels"] == [                                # registry order of formats
+      {"format": "e4m3", "run": "2026-01-01", "copy_GBps": 3000.0, "xla": xla,
+       "fp8lab": {"pallas": [pytest.approx(2000.0), pytest.approx(1000.0), None],
+                  "xla_parts": [pytest.approx(500.0), None, None]}},
+      {"format": "nvfp4", "run": "2026-01-01", "copy_GBps": 3000.0, "xla": xla,
+       "fp8lab": {"pallas": [None, pytest.approx(1500.0), None]}}]
   # without device times (a run off the GPU): host times, and the picture says so
   doc = _roofline_doc()
   for r in doc["rows"]:
     del r["device_us_per_op"]
   data = bench_gemv.roofline_data(doc)
   assert data["time"] == "host"
-  assert data["formats"]["e4m3"]["pallas"][0] == pytest.approx(1000.0)
+  assert data["panels"][0]["fp8lab"]["pallas"][0] == pytest.approx(1000.0)
+
+
+def test_roofline_data_of_several_runs():
+  """Runs that timed other formats: a panel per format and run, each with its own run's XLA
+  GEMVs and copy bandwidth; the cells are every run's."""
+  other = {"machine": {"device_kind": "Test GPU"}, "date": "2026-01-02",
+           "copy_bandwidth": {"GBps": 2000.0},
+           "rows": [dict(_roofline_doc()["rows"][1], format="mxfp4", size="64x64"),
+                    dict(_roofline_doc()["rows"][0], size="64x64", device_us_per_op=4.0)]}
+  data = bench_gemv.roofline_data([_roofline_doc(), other])
+  assert data["cells"] == [["256x512", 1], ["256x512", 16], ["128x64", 4], ["64x64", 1]]
+  assert [(p["format"], p["run"], p["copy_GBps"]) for p in data["panels"]] == [
+      ("e4m3", "2026-01-01", 3000.0), ("mxfp4", "2026-01-02", 2000.0),
+      ("nvfp4", "2026-01-01", 3000.0)]
+  mx = data["panels"][1]
+  assert mx["fp8lab"] == {"pallas": [None, None, None, pytest.approx(2000.0)]}
+  assert mx["xla"] == {"xla_e4m3": [None, None, None, pytest.approx(500.0)]}
+  assert data["panels"][0]["xla"]["xla_e4m3"][3] is None        # not the other run's
+  assert data["title"] == "Test GPU; 2026-01-01, 2026-01-02"
 
 
 def test_roofline_without_matplotlib_says_so(tmp_path, monkeypatch):
@@ -256,6 +276,7 @@ def test_roofline_without_matplotlib_says_so(tmp_path, monkeypatch):
   why = bench_gemv.draw_roofline(bench_gemv.roofline_data(_roofline_doc()), str(out))
   assert "matplotlib" in why and not out.exists()
   assert bench_gemv.draw_roofline(bench_gemv.roofline_data({"rows": []}), str(out)) is not None
+  assert not out.exists()
 
 
 def test_roofline_png(tmp_path):
@@ -266,10 +287,11 @@ def test_roofline_png(tmp_path):
 
 
 def test_summarize_draws_the_roofline(tmp_path):
-  src, out = tmp_path / "r.json", tmp_path / "r.png"
+  src, src2, out = tmp_path / "r.json", tmp_path / "r2.json", tmp_path / "r.png"
   src.write_text(json.dumps(_roofline_doc()))
-  proc = _run_script("bench_gemv.py", f"--summarize={src}", f"--roofline={out}")
-  assert "256x512" in proc.stdout                        # the table first
+  src2.write_text(json.dumps(dict(_roofline_doc(), date="2026-01-02")))
+  proc = _run_script("bench_gemv.py", f"--summarize={src},{src2}", f"--roofline={out}")
+  assert proc.stdout.count("256x512") >= 2 * 4           # a table per file first
   if out.exists():
     assert f"roofline: {out}" in proc.stdout and out.read_bytes()[:4] == b"\x89PNG"
   else:
