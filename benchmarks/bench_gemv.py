@@ -120,8 +120,8 @@ DECODE_SIZES = ("28672x4096", "4096x14336", "6144x4096", "4096x4096", "128256x40
 # (pallas and the xla path over the same words) and XLA's float8-weight GEMV beside them.
 # "llama": every gemv_packed path the tuner chooses among at the decode step's shapes and
 # batches 1, 16, 64, with XLA's float8- and bfloat16-weight GEMVs beside them; the xla path
-# at batch 1 only (at batches 4-64 it was 3-15x the kernel's time in every cell measured,
-# docs/gemv_kernel.md section 7). `--estimate` prints its expected H200 run time.
+# at batch 1 only (at batches 4-64 it was several times the kernel's time in every cell
+# measured, docs/gemv_kernel.md section 5). `--estimate` prints its expected H200 run time.
 NAMED_PLANS = {
     "dispatch": (f"sizes={','.join(LLAMA_SIZES)} batches=1,4,16,64 "
                  "ops=pallas,xla_packed,xla_parts,xla_e4m3"),
