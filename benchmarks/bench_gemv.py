@@ -192,7 +192,7 @@ _SUMMARIZE = flags.DEFINE_string(
     "table each, and one --roofline picture of them all.")
 _ROOFLINE = flags.DEFINE_string(
     "roofline", None, "Also draw the roofline picture (PNG) of the results, of this run or "
-    "of --summarize's file: achieved bandwidth (bytes needed / op device time) per format, "
+    "of --summarize's files: achieved bandwidth (bytes needed / op device time) per format, "
     "shape and batch against the run's copy bandwidth, XLA's GEMVs beside fp8lab's paths. "
     "Needs matplotlib (the bench extra); without it the picture is skipped, with a message.")
 _ESTIMATE = flags.DEFINE_bool(
@@ -452,7 +452,10 @@ class Grid:
     return d
 
 
-def parse_ops(values: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, tuple[int, ...]], ...]]:
+OpBatches = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def parse_ops(values: list[str]) -> tuple[tuple[str, ...], OpBatches]:
   """['pallas', 'xla_packed@1+4'] -> (('pallas', 'xla_packed'), (('xla_packed', (1, 4)),))."""
   ops, op_batches = [], []
   for v in values:
