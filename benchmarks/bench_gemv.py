@@ -35,6 +35,8 @@ Usage:
   python benchmarks/bench_gemv.py --plan=dispatch --formats=e4m3,nvfp4   # issue 20's grid
   python benchmarks/bench_gemv.py --summarize=benchmarks/results/gemv_h200_....json \
       --sizes=16384x16384 --batches=1,16                   # print a table from a results file
+  python benchmarks/bench_gemv.py --summarize=R.json --roofline=R.png   # the roofline picture
+  python benchmarks/bench_gemv.py --plan=llama --estimate  # its expected H200 run time
 """
 
 from __future__ import annotations
@@ -110,12 +112,21 @@ SMOKE_SIZES = ("256x512", "200x300")
 # 14336 x 4096, fused QKV 6144 x 4096, fused gate-up 28672 x 4096, LM head 128256 x 4096).
 LLAMA_SIZES = ("16384x16384", "4096x14336", "14336x4096", "6144x4096", "28672x4096",
                "128256x4096")
+# A Llama-3-8B decode step's projections, by their share of its weight bytes: fused gate-up,
+# down, fused QKV, o; the LM head (once per step, the costliest to time) last.
+DECODE_SIZES = ("28672x4096", "4096x14336", "6144x4096", "4096x4096", "128256x4096")
 # --plan=NAME runs one of these plans (formats from --formats unless the plan names them).
 # "dispatch": what benchmarks/tune_gemv_dispatch.py needs for every cell of issue 20's grid
 # (pallas and the xla path over the same words) and XLA's float8-weight GEMV beside them.
+# "llama": every gemv_packed path the tuner chooses among at the decode step's shapes and
+# batches 1, 16, 64, with XLA's float8- and bfloat16-weight GEMVs beside them; the xla path
+# at batch 1 only (at batches 4-64 it was several times the kernel's time in every cell
+# measured, docs/gemv_kernel.md section 5). `--estimate` prints its expected H200 run time.
 NAMED_PLANS = {
     "dispatch": (f"sizes={','.join(LLAMA_SIZES)} batches=1,4,16,64 "
                  "ops=pallas,xla_packed,xla_parts,xla_e4m3"),
+    "llama": (f"sizes={','.join(DECODE_SIZES)} batches=1,16,64 "
+              "ops=xla_e4m3,xla_bf16,pallas,xla_packed@1,xla_parts"),
 }
 GPU_BATCHES = (1, 16, 4, 64)
 SMOKE_BATCHES = (1, 4)
@@ -177,7 +188,16 @@ _PLAN = flags.DEFINE_string(
     f"NAMED_PLANS ({', '.join(NAMED_PLANS)}).")
 _SUMMARIZE = flags.DEFINE_string(
     "summarize", None, "Print the table of an existing results JSON (filtered by --sizes, "
-    "--batches, --formats, --ops when given) and exit.")
+    "--batches, --formats, --ops when given) and exit; several comma-separated files: a "
+    "table each, and one --roofline picture of them all.")
+_ROOFLINE = flags.DEFINE_string(
+    "roofline", None, "Also draw the roofline picture (PNG) of the results, of this run or "
+    "of --summarize's files: achieved bandwidth (bytes needed / op device time) per format, "
+    "shape and batch against the run's copy bandwidth, XLA's GEMVs beside fp8lab's paths. "
+    "Needs matplotlib (the bench extra); without it the picture is skipped, with a message.")
+_ESTIMATE = flags.DEFINE_bool(
+    "estimate", False, "Print the run's timed ops and its expected run time on an H200 "
+    "(estimate_s) and exit without running anything.")
 
 
 def parse_size(s: str) -> tuple[int, int]:
@@ -400,11 +420,13 @@ def measure_copy_bandwidth(run: Run, gib: float, reps: int, warmup: int) -> dict
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-  """One block of the run: every op x format x size x batch of it is timed."""
+  """One block of the run: every op x format x size x batch of it is timed, except that an
+  op of `op_batches` runs only at its batches there (written `op@1+4` in --ops and --plan)."""
   ops: tuple[str, ...]
   formats: tuple[str, ...]
   sizes: tuple[str, ...]
   batches: tuple[int, ...]
+  op_batches: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
   def validate(self) -> None:
     cli.check_choices("op", self.ops, ALL_OPS)
@@ -413,13 +435,46 @@ class Grid:
       parse_size(s)
     if not self.batches or any(b < 1 for b in self.batches):
       raise ValueError(f"batches must be >= 1, got {self.batches}")
+    for op, bs in self.op_batches:
+      if op not in self.ops or not bs or not set(bs) <= set(self.batches):
+        raise ValueError(f"{op}@{'+'.join(map(str, bs))}: the batches of an op must be some "
+                         f"of the grid's {self.batches}")
+
+  def runs(self, op: str, batch: int) -> bool:
+    """Whether this grid times `op` at `batch` (an op of the grid)."""
+    return batch in dict(self.op_batches).get(op, self.batches)
+
+  def settings(self) -> dict[str, Any]:
+    """The grid as the results JSON records it (op_batches only where set)."""
+    d = dataclasses.asdict(self)
+    if not self.op_batches:
+      del d["op_batches"]
+    return d
+
+
+OpBatches = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def parse_ops(values: list[str]) -> tuple[tuple[str, ...], OpBatches]:
+  """['pallas', 'xla_packed@1+4'] -> (('pallas', 'xla_packed'), (('xla_packed', (1, 4)),))."""
+  ops, op_batches = [], []
+  for v in values:
+    op, sep, bs = v.partition("@")
+    ops.append(op)
+    if sep:
+      try:
+        op_batches.append((op, tuple(int(b) for b in bs.split("+"))))
+      except ValueError:
+        raise ValueError(f"op {v!r}: write an op's batches as op@1+4") from None
+  return tuple(ops), tuple(op_batches)
 
 
 def parse_plan(plan: str, default: Grid) -> list[Grid]:
   """'sizes=16384x16384 batches=1,16; sizes=4096x14336 formats=e4m3' -> grids.
 
-  Grids are separated by ';'; each sets any of ops=, formats=, sizes=, batches= (comma lists)
-  and takes the rest from `default` (the --ops/--formats/--sizes/--batches values).
+  Grids are separated by ';'; each sets any of ops=, formats=, sizes=, batches= (comma lists;
+  an op written op@1+4 runs at those of the grid's batches only) and takes the rest from
+  `default` (the --ops/--formats/--sizes/--batches values).
   """
   grids = []
   for part in plan.split(";"):
@@ -432,13 +487,73 @@ def parse_plan(plan: str, default: Grid) -> list[Grid]:
         raise ValueError(f"--plan item {item!r} is not one of ops=, formats=, sizes=, "
                          "batches= followed by a comma-separated list")
       vals = [v for v in value.split(",") if v]
-      fields[key] = tuple(int(v) for v in vals) if key == "batches" else tuple(vals)
+      if key == "ops":
+        fields["ops"], fields["op_batches"] = parse_ops(vals)
+      elif key == "op_batches":
+        raise ValueError(f"--plan item {item!r}: write an op's batches as ops=op@1+4")
+      else:
+        fields[key] = tuple(int(v) for v in vals) if key == "batches" else tuple(vals)
     grid = Grid(**fields)
     grid.validate()
     grids.append(grid)
   if not grids:
     raise ValueError(f"--plan {plan!r} holds no grid")
   return grids
+
+
+def work_units(grids: list[Grid]) -> list[tuple[Grid, str, str]]:
+  """The run's units of work in priority order, (grid, size, what): per grid, per size, the
+  XLA baselines (what = the op), then each format (what = "fmt:" + format)."""
+  units: list[tuple[Grid, str, str]] = []
+  for g in grids:
+    for size in g.sizes:
+      units += [(g, size, op) for op in XLA_OPS if op in g.ops]
+      if any(op in g.ops for op in FP8LAB_OPS):
+        units += [(g, size, "fmt:" + f) for f in g.formats]
+  return units
+
+
+def fp8lab_ops(grid: Grid, fmt: str) -> list[str]:
+  """The grid's fp8lab ops that apply to a format (pallas_int: formats with a native decode;
+  xla_parts: formats whose values are bfloat16 numbers)."""
+  return [op for op in FP8LAB_OPS
+          if op in grid.ops and (op != "pallas_int" or fmt in INT_DECODE_FORMATS)
+          and (op != "xla_parts" or FORMATS[fmt][0] in PARTS_FORMATS)]
+
+
+# Seconds one timed op (compile, checks, timing, profiler) takes on the H200 at --reps=20
+# --max_copies=32: medians over the rows of the committed logs
+# gemv_h200_dispatch_{a,b}_20261202_*_bench.log and gemv_h200_20261201_215647_bench.log.
+# xla_parts was not measured yet: guessed as the kernel. Compiles dominate, so --reps and
+# --max_copies change these little.
+_EST_OP_S = {"pallas": 2.5, "pallas_int": 2.0, "reference": 3.5, "xla_packed": 3.0,
+             "xla_parts": 2.5, "xla_f32": 1.5, "xla_bf16": 1.5, "xla_e4m3": 1.5}
+_EST_UNIT_S = 1.5     # making one (size, format)'s weight copies (0.5 for a baseline's)
+_EST_START_S = 15.0   # JAX's start, the dispatch overhead and copy bandwidth measurements
+
+
+def _est_op_s(op: str, fmt: str | None, batch: int) -> float:
+  if op == "xla_packed":                    # its float32 dot: cheap at 1, a long compile at 64
+    return {1: 0.6, 4: 1.8, 16: 2.9, 64: 10.5}.get(batch, _EST_OP_S[op])
+  if op.startswith("pallas") and QUANTIZED[FORMATS[fmt][0]].scaling == "mx":
+    # the MX kernels' compiles (first loop, exact fallback): mxfp4 at batch 64 ~11 s
+    return 11.0 if batch >= 64 and FORMATS[fmt][0] == "mxfp4" else 2 * _EST_OP_S[op]
+  return _EST_OP_S[op]
+
+
+def estimate_s(grids: list[Grid]) -> tuple[int, float]:
+  """(timed ops, expected seconds on the H200) of a run of `grids`, from the constants
+  above: a rough guide for fitting a plan into a device call (--time_budget_s still
+  decides where a run stops)."""
+  n, total = 0, _EST_START_S
+  for grid, _, what in work_units(grids):
+    fmt = None if what in XLA_OPS else what[4:]
+    total += 0.5 if fmt is None else _EST_UNIT_S
+    for op in [what] if fmt is None else fp8lab_ops(grid, fmt):
+      for b in grid.batches:
+        if grid.runs(op, b):
+          n, total = n + 1, total + _est_op_s(op, fmt, b)
+  return n, total
 
 
 @functools.lru_cache(maxsize=None)
@@ -469,7 +584,7 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
       "timing_method": timing.METHOD,
       "bytes_needed": "weights as stored (packed words + scales + tensor scale, or the plain "
                       "array for XLA ops) + x + y, each once; GBps = bytes_needed / time",
-      "settings": {"grids": [dataclasses.asdict(g) for g in grids],
+      "settings": {"grids": [g.settings() for g in grids],
                    "reps": reps, "warmup": warmup, "copies": copies_flag or "auto",
                    "l2_bytes": l2_bytes, "call_bytes": call_bytes, "mem_bytes": mem_bytes,
                    "max_copies": max_copies, "x_dtype": x_dtype, "interpret": interpret,
@@ -499,24 +614,13 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
     jax.block_until_ready(ws)
     return ws
 
-  # Units of work in priority order: per grid, per size, the XLA baselines, then each format.
-  units: list[tuple[Grid, str, str]] = []
-  for g in grids:
-    for size in g.sizes:
-      units += [(g, size, op) for op in XLA_OPS if op in g.ops]
-      if any(op in g.ops for op in FP8LAB_OPS):
-        units += [(g, size, "fmt:" + f) for f in g.formats]
-
-  for seed, (grid, size, what) in enumerate(units, start=1):
+  for seed, (grid, size, what) in enumerate(work_units(grids), start=1):
     if run.over_budget():
       run.skipped.append(f"{size} {what} b={','.join(map(str, grid.batches))}")
       continue
     n_out, k = parse_size(size)
     fmt = None if what in XLA_OPS else what[4:]
-    unit_ops = [what] if fmt is None else [
-        op for op in FP8LAB_OPS
-        if op in grid.ops and (op != "pallas_int" or fmt in INT_DECODE_FORMATS)
-        and (op != "xla_parts" or FORMATS[fmt][0] in PARTS_FORMATS)]
+    ops_of_unit = [what] if fmt is None else fp8lab_ops(grid, fmt)
     if fmt is None:
       wdt, xdt = XLA_BASELINES[what]
       label, dtype_name = jnp.dtype(wdt).name, jnp.dtype(wdt).name
@@ -533,7 +637,7 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
       ws = make_copies(fmt, dtype_name, n_out, k, r, seed)
     except Exception as e:  # pylint: disable=broad-except
       run.log(f"{size} {label}: making weights failed: {type(e).__name__}: {e}")
-      for op in unit_ops:
+      for op in ops_of_unit:
         run.rows.append({"op": op, "format": label, "size": size, "batch": None,
                          "status": "error", "error": f"weights: {type(e).__name__}: {e}"[:2000]})
       run.write()
@@ -545,7 +649,7 @@ def run_benchmark(*, grids: list[Grid], smoke: bool, out_path: str, reps: int, w
       xs = make_x_copies(batch, k, xdt, r, seed)
       outs: dict[str, Any] = {}
       rows: dict[str, dict[str, Any]] = {}
-      for op in unit_ops:
+      for op in (op for op in ops_of_unit if grid.runs(op, batch)):
         # The reference path may materialise a float32 copy of each dequantized weight, and
         # XLA may keep several alive at once: fewer copies keep it within device memory.
         r_op = min(r, max(2, mem_bytes // (4 * n_out * k))) if op == "reference" else r
@@ -626,28 +730,166 @@ def format_table(doc: dict[str, Any], *, sizes: list[str] | None = None,
   return "\n".join(lines)
 
 
+# --- the roofline picture ------------------------------------------------------------------
+
+
+def roofline_data(docs: dict[str, Any] | list[dict[str, Any]]) -> dict[str, Any]:
+  """What the roofline picture shows, from one results document or several (runs that
+  timed different formats; no matplotlib needed):
+    time     "device" (op device time, the profiler's) or "host" where no row has one (a run
+             off the GPU: the picture then says so);
+    cells    [size, batch] pairs, the x axis: sizes in the runs' order, batches ascending;
+    panels   one per weight format and run, in registry order: {"format", "run" (the run's
+             date), "copy_GBps" (that run's copy bandwidth), "fp8lab": {op: [GB/s or None
+             per cell]} (fp8lab's ops over that format), "xla": {op: [...]} (XLA's GEMVs of
+             the same run, drawn beside them)};
+    title    the device and the runs' dates.
+  GB/s = the row's bytes_needed (weights as stored, x and y, each once) / its time."""
+  docs = [docs] if isinstance(docs, dict) else list(docs)
+  runs = [[r for r in d["rows"] if r.get("status") == "ok" and r.get("bytes_needed")]
+          for d in docs]
+  device = any(r.get("device_us_per_op") for rows in runs for r in rows)
+  key = "device_us_per_op" if device else "time_us"
+  runs = [[r for r in rows if r.get(key)] for rows in runs]
+  every = [r for rows in runs for r in rows]
+  sizes = list(dict.fromkeys(r["size"] for r in every))
+  cells = [[s, b] for s in sizes for b in sorted({r["batch"] for r in every if r["size"] == s})]
+  index = {(s, b): i for i, (s, b) in enumerate(cells)}
+  fmt_order = {f: i for i, f in enumerate(FORMATS)}
+  op_order = {op: i for i, op in enumerate(FP8LAB_OPS + XLA_OPS)}
+
+  def series(rows: list[dict[str, Any]]) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for r in sorted(rows, key=lambda r: op_order.get(r["op"], len(op_order))):
+      vals = out.setdefault(r["op"], [None] * len(cells))
+      vals[index[(r["size"], r["batch"])]] = r["bytes_needed"] / (r[key] * 1e-6) / 1e9
+    return out
+
+  panels = []
+  for doc, rows in zip(docs, runs):
+    xla = series([r for r in rows if r["op"] in XLA_OPS])
+    fmts = {r["format"] for r in rows if r["op"] not in XLA_OPS}
+    for fmt in sorted(fmts, key=lambda f: (fmt_order.get(f, len(fmt_order)), f)):
+      panels.append({"format": fmt, "run": doc.get("date", ""),
+                     "copy_GBps": doc.get("copy_bandwidth", {}).get("GBps"),
+                     "fp8lab": series([r for r in rows if r["format"] == fmt
+                                       and r["op"] not in XLA_OPS]), "xla": xla})
+    if not fmts and xla:                           # XLA's GEMVs alone
+      panels.append({"format": "XLA", "run": doc.get("date", ""),
+                     "copy_GBps": doc.get("copy_bandwidth", {}).get("GBps"), "fp8lab": {},
+                     "xla": xla})
+  panels.sort(key=lambda p: fmt_order.get(p["format"], len(fmt_order)))   # stable: runs' order
+  kinds = sorted({d.get("machine", {}).get("device_kind", "?") for d in docs})
+  return {"time": "device" if device else "host", "cells": cells, "panels": panels,
+          "title": f"{', '.join(kinds)}; " + ", ".join(d.get("date", "?") for d in docs)}
+
+
+_OP_STYLE = {"pallas": ("C0", "-", "o"), "pallas_int": ("C4", "-", "v"),
+             "reference": ("C7", ":", "x"), "xla_packed": ("C1", "-", "s"),
+             "xla_parts": ("C2", "-", "^"), "xla_e4m3": ("k", "--", "D"),
+             "xla_bf16": ("0.45", "--", "P"), "xla_f32": ("0.7", ":", "*")}
+
+
+def draw_roofline(data: dict[str, Any], path: str) -> str | None:
+  """Draws roofline_data's picture as a PNG at `path`: one panel per weight format (and
+  run), GB/s per (shape, batch) for fp8lab's ops (solid) and XLA's GEMVs of the same run
+  (dashed), that run's copy bandwidth as a line. Returns None, or why nothing was drawn (no
+  matplotlib, no rows)."""
+  if not data["panels"]:
+    return "no timed rows in the results"
+  try:
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return "matplotlib is not importable (pip install fp8lab[bench])"
+  panels, cells = data["panels"], data["cells"]
+  fig, axes = plt.subplots(len(panels), 1, figsize=(max(9, 0.5 * len(cells) + 5),
+                                                    2.4 * len(panels) + 1.2),
+                           sharex=True, squeeze=False)
+  spans: dict[str, list[int]] = {}                 # size -> the cell indices of its batches
+  for i, (s, _) in enumerate(cells):
+    spans.setdefault(s, []).append(i)
+  top = max([v for p in panels for ser in [*p["fp8lab"].values(), *p["xla"].values()]
+             for v in ser if v] + [p["copy_GBps"] or 0 for p in panels])
+  several_runs = len({p["run"] for p in panels}) > 1
+  for ax, panel in zip(axes[:, 0], panels):
+    fmt = panel["format"]
+    for op, vals in [*panel["fp8lab"].items(), *panel["xla"].items()]:
+      color, ls, marker = _OP_STYLE.get(op, ("C9", "-", "."))
+      label = op if op in XLA_OPS else f"{fmt} {op}"
+      for idx in spans.values():                   # a line per shape, across its batches
+        pts = [(i, vals[i]) for i in idx if vals[i] is not None]
+        if pts:
+          ax.plot(*zip(*pts), color=color, ls=ls, marker=marker, ms=4, lw=1.2, label=label)
+          label = None
+    if panel["copy_GBps"]:
+      ax.axhline(panel["copy_GBps"], color="C3", lw=1, label="copy bandwidth")
+    for idx in list(spans.values())[1:]:
+      ax.axvline(idx[0] - 0.5, color="0.85", lw=0.8)
+    ax.set_ylim(0, 1.08 * top)
+    ax.set_ylabel("GB/s")
+    ax.set_title(fmt + (f"  (run {panel['run']})" if several_runs else ""), fontsize=10,
+                 loc="left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.005, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+  bottom = axes[-1, 0]
+  bottom.set_xticks(list(range(len(cells))), [str(b) for _, b in cells], fontsize=7)
+  bottom.set_xlabel("batch, per weight shape (n_out x k)", fontsize=8, labelpad=16)
+  for s, idx in spans.items():
+    bottom.annotate(s, ((idx[0] + idx[-1]) / 2, 0), xycoords=("data", "axes fraction"),
+                    xytext=(0, -22), textcoords="offset points", ha="center", fontsize=8)
+  fig.suptitle(f"GEMV achieved bandwidth: bytes needed / op {data['time']} time, against "
+               f"the copy bandwidth of the same run\n{data['title']}", fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return None
+
+
+def _draw(docs: list[dict[str, Any]], path: str) -> None:
+  why = draw_roofline(roofline_data(docs), path)
+  print(f"roofline: {path}" if why is None else f"roofline skipped: {why}")
+
+
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
   batches = [int(b) for b in _BATCHES.value] if _BATCHES.value else None
   if _SUMMARIZE.value:
-    with open(_SUMMARIZE.value) as f:
-      doc = json.load(f)
-    print(format_table(doc, sizes=_SIZES.value, batches=batches,
-                       formats=_FORMATS.value if flags.FLAGS["formats"].present else None,
-                       ops=_OPS.value if flags.FLAGS["ops"].present else None))
+    docs = []
+    for path in _SUMMARIZE.value.split(","):
+      with open(path) as f:
+        docs.append(json.load(f))
+      if len(docs) > 1:
+        print()
+      print(format_table(docs[-1], sizes=_SIZES.value, batches=batches,
+                         formats=_FORMATS.value if flags.FLAGS["formats"].present else None,
+                         ops=_OPS.value if flags.FLAGS["ops"].present else None))
+    if _ROOFLINE.value:
+      _draw(docs, _ROOFLINE.value)
     return
   backend = jax.default_backend()
-  smoke = _SMOKE.value or backend == "cpu" or os.environ.get("FP8LAB_BENCH_SMOKE") == "1"
+  # --estimate is for the GPU run: the GPU defaults, not a smoke run's.
+  smoke = not _ESTIMATE.value and (_SMOKE.value or backend == "cpu"
+                                   or os.environ.get("FP8LAB_BENCH_SMOKE") == "1")
   sizes = _SIZES.value or list(SMOKE_SIZES if smoke else GPU_SIZES)
   batches = batches or list(SMOKE_BATCHES if smoke else GPU_BATCHES)
   interpret = _INTERPRET.value if _INTERPRET.value is not None else backend == "cpu"
   out = _OUT.value or default_out("gemv", smoke)
-  default = Grid(ops=tuple(_OPS.value), formats=tuple(_FORMATS.value), sizes=tuple(sizes),
-                 batches=tuple(batches))
   with cli.usage_errors():
+    ops, op_batches = parse_ops(_OPS.value)
+    default = Grid(ops=ops, formats=tuple(_FORMATS.value), sizes=tuple(sizes),
+                   batches=tuple(batches), op_batches=op_batches)
     default.validate()
     plan = NAMED_PLANS.get(_PLAN.value, _PLAN.value)
     grids = parse_plan(plan, default) if plan else [default]
+  if _ESTIMATE.value:
+    n, secs = estimate_s(grids)
+    for g in grids:
+      print(f"grid: {g.settings()}")
+    print(f"estimate: {n} timed ops, ~{secs:.0f} s on an H200 (--reps=20 --max_copies=32; "
+          "rough: see bench_gemv.estimate_s)")
+    return
   if smoke and len(grids) > 1:
     # A smoke run keeps the plan's ops and formats (so a dry run checks them) but not its
     # real-size grids: one grid of the smoke sizes and batches.
@@ -655,7 +897,11 @@ def main(argv: list[str]) -> None:
                   formats=tuple(dict.fromkeys(f for g in grids for f in g.formats)),
                   sizes=tuple(sizes), batches=tuple(batches))]
   elif smoke:
-    grids = [dataclasses.replace(grids[0], sizes=tuple(sizes), batches=tuple(batches))]
+    # An op's own batches that are not smoke batches: the op runs at every smoke batch.
+    kept = tuple((op, tuple(b for b in bs if b in batches)) for op, bs in grids[0].op_batches
+                 if set(bs) & set(batches))
+    grids = [dataclasses.replace(grids[0], sizes=tuple(sizes), batches=tuple(batches),
+                                 op_batches=kept)]
   doc = run_benchmark(
       grids=grids, smoke=smoke, out_path=out, reps=_REPS.value or (3 if smoke else 50),
       warmup=_WARMUP.value if _WARMUP.value is not None else (1 if smoke else 3),
@@ -668,6 +914,8 @@ def main(argv: list[str]) -> None:
   print()
   print(format_table(doc))
   print(f"\nresults: {out}")
+  if _ROOFLINE.value:
+    _draw([doc], _ROOFLINE.value)
   bad = [r for r in doc["rows"] if r.get("agrees") is False or r.get("status") == "error"]
   if bad:
     # Timings are still written; a wrong or failing kernel makes the run fail visibly.

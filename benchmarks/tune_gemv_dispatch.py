@@ -1,19 +1,35 @@
 """Writes gemv_packed's dispatch table (fp8lab/kernels/gemv/dispatch.py) from bench_gemv results.
 
-For every (layout, size, batch) that a results file has a `pallas` row for, the entry picks
-the faster by op device time (`device_us_per_op`, the profiler's sum of the op's kernels) of
-gemv_packed's two GPU paths measured in that run: "pallas" (the kernel) or "xla" (the
-`xla_packed` row: jnp over the same packed words). A cell without an `xla_packed` row keeps
-"pallas", the fallback. XLA's float8-weight GEMV (`xla_e4m3`) of the same size and batch is
-recorded beside them, not picked: it is not an implementation of gemv_packed (other bytes for
-the MX / NVFP4 / 4-bit formats, bfloat16 products). Rows without a device time (no profiler)
-and layouts that are not fp8lab.formats.LAYOUTS names (bench_gemv's variants) are left out.
+The rule, per (layout, size, batch) cell of one results file that has a `pallas` row:
+  candidates  every gemv_packed path the run measured there, from the ops of
+              OP_IMPLEMENTATIONS (pallas -> "pallas", xla_packed -> "xla", xla_parts ->
+              "xla_parts"), by op device time (`device_us_per_op`, the profiler's sum of
+              the op's kernels); a path without a row there is not a candidate (nor are
+              bench_gemv's reference, the golden model the others are checked against, and
+              pallas_int, the kernel with a forced decode, which None cannot ask for). Rows that
+              failed, have no device time (no profiler) or disagree with the reference
+              (`agrees: false`) are left out; a cell whose pallas row is left out has no
+              entry (the fallback, the kernel, runs there: the script prints it).
+  pick        the kernel, unless the fastest other candidate is at least MARGIN (3%)
+              faster than it in the same run: pallas_us >= (1 + MARGIN) * other_us. The
+              margin keeps a pick from flipping on run-to-run noise where the paths are
+              even (the spread it covers: docs/gemv_kernel.md section 5), and the kernel is
+              the path whose numerics the tests pin hardest. Of two other paths with equal
+              times, the one first in dispatch.IMPLEMENTATIONS wins.
+  record      the pick, ratio = pallas_us / the fastest other candidate's us (None where
+              only the kernel was measured; the pick is not "pallas" only when ratio >=
+              1 + MARGIN), every candidate's time, and XLA's own GEMVs of the same size and
+              batch (BASELINE_OPS: xla_e4m3, float8_e4m3fn weights; xla_bf16, bfloat16
+              weights) beside them, not picked: they are not implementations of
+              gemv_packed (other bytes for most layouts, bfloat16 products).
+Layouts that are not fp8lab.formats.LAYOUTS names (bench_gemv's variants) are left out.
 
 Several files: cells are keyed by device kind, layout, shape bucket (dispatch.shape_bucket)
-and batch; a newer run (its `date`) replaces an older one's cell, and of two shapes of one run
-in one bucket the one nearer the bucket (log scale) counts. The table file's entries of the
-devices the results cover are replaced whole (list every run the table should hold); other
-devices' entries stay. The block is rendered sorted, so the same inputs give the same bytes.
+and batch; a newer run (its `date`) replaces an older one's cell whole (the comparison is
+always within one run), and of two shapes of one run in one bucket the one nearer the bucket
+(log scale) counts. The table file's entries of the devices the results cover are replaced
+whole (list every run the table should hold); other devices' entries stay. The block is
+rendered sorted, so the same inputs give the same bytes.
 
   python benchmarks/tune_gemv_dispatch.py --results=benchmarks/results/gemv_h200_A.json,...
   python benchmarks/tune_gemv_dispatch.py --from_sources     # rerun the table's own SOURCES
@@ -55,32 +71,78 @@ def _bucket_distance(n_out: int, k: int) -> float:
   return abs(math.log2(n_out / bn)) + abs(math.log2(k / bk))
 
 
+# bench_gemv op -> the gemv_packed implementation it times (the candidates of a cell).
+OP_IMPLEMENTATIONS = {"pallas": "pallas", "xla_packed": "xla", "xla_parts": "xla_parts"}
+# XLA's own GEMVs recorded beside the candidates (bench_gemv op names).
+BASELINE_OPS = ("xla_e4m3", "xla_bf16")
+# How much faster (relative) another path must be than the kernel in the same run to be
+# picked: pallas_us >= (1 + MARGIN) * other_us.
+MARGIN = 0.03
+
+
+def device_times(doc: dict[str, Any]) -> dict[tuple[str, str, str, int], float]:
+  """(op, format, size, batch) -> op device time (us) of the rows that may count: status ok,
+  a device time, and not `agrees: false` (a path that disagrees with the reference)."""
+  dev_us: dict[tuple[str, str, str, int], float] = {}
+  for r in doc["rows"]:
+    if (r.get("status") == "ok" and r.get("device_us_per_op")
+        and r.get("agrees") is not False):
+      dev_us[(r["op"], r["format"], r["size"], r["batch"])] = float(r["device_us_per_op"])
+  return dev_us
+
+
+def rejected(doc: dict[str, Any]) -> list[str]:
+  """Lines for the log: the candidate rows of the file left out for disagreeing with the
+  reference (a pallas one leaves its cell to the fallback)."""
+  return [f"wrong     {doc['machine']['device_kind']} {r['format']} {r['size']} b={r['batch']}: "
+          f"{r['op']} disagrees with the reference (max rel diff "
+          f"{r.get('max_rel_diff_vs_reference')}): not a candidate"
+          for r in doc["rows"]
+          if r.get("op") in OP_IMPLEMENTATIONS and r.get("status") == "ok"
+          and r.get("agrees") is False]
+
+
+def pick(times: dict[str, float]) -> tuple[str, float | None]:
+  """(implementation, ratio) for one cell's candidates (implementation -> us, "pallas"
+  among them): the module docstring's rule."""
+  others = [(us, dispatch.IMPLEMENTATIONS.index(impl), impl)
+            for impl, us in times.items() if impl != "pallas"]
+  if not others:
+    return "pallas", None
+  us, _, impl = min(others)
+  ratio = times["pallas"] / us
+  return (impl if ratio >= 1 + MARGIN else "pallas"), ratio
+
+
 def cells_of_run(doc: dict[str, Any], source: str) -> dict[Key, tuple]:
-  """One results document's table cells: key -> (impl, pallas us, xla us, XLA float8 us,
-  shape, source)."""
+  """One results document's table cells: key -> (impl, ratio, times, baselines, shape,
+  source), dispatch.Entry's fields."""
   if doc.get("smoke"):
     raise ValueError(f"{source} is a smoke run (tiny shapes, interpret mode): no timings "
                      "to tune from")
   device = doc["machine"]["device_kind"]
-  dev_us: dict[tuple[str, str, str, int], float] = {}
-  for r in doc["rows"]:
-    if r.get("status") == "ok" and r.get("device_us_per_op"):
-      dev_us[(r["op"], r["format"], r["size"], r["batch"])] = float(r["device_us_per_op"])
-  f8_us = {(size, batch): t for (op, _, size, batch), t in dev_us.items() if op == "xla_e4m3"}
+  dev_us = device_times(doc)
+  base_us = {(op, size, batch): t for (op, _, size, batch), t in dev_us.items()
+             if op in BASELINE_OPS}
   cells: dict[Key, tuple] = {}
   near: dict[Key, float] = {}
   for (op, layout, size, batch), p_us in sorted(dev_us.items()):
     if op != "pallas" or layout not in LAYOUTS:
       continue
     n_out, k = (int(v) for v in size.lower().split("x"))
-    x_us = dev_us.get(("xla_packed", layout, size, batch))
-    impl = "xla" if x_us is not None and x_us < p_us else "pallas"
     key = (device, layout, dispatch.shape_bucket(n_out, k), batch)
     d = _bucket_distance(n_out, k)
     if key in cells and (near[key], cells[key][4]) <= (d, size):
       continue
+    raw = {impl: dev_us[(o, layout, size, batch)] for o, impl in OP_IMPLEMENTATIONS.items()
+           if (o, layout, size, batch) in dev_us}
+    impl, ratio = pick(raw)
+    times = {i: _us(raw[i]) for i in dispatch.IMPLEMENTATIONS if i in raw}
+    baselines = {o: _us(base_us[(o, size, batch)]) for o in BASELINE_OPS
+                 if (o, size, batch) in base_us}
     near[key] = d
-    cells[key] = (impl, _us(p_us), _us(x_us), _us(f8_us.get((size, batch))), size, source)
+    cells[key] = (impl, None if ratio is None else round(ratio, 3), times, baselines, size,
+                  source)
   return cells
 
 
@@ -105,11 +167,14 @@ def render(sources: dict[str, tuple[str, ...]], cells: dict[Key, tuple]) -> str:
     out.append("    ),")
   out += ["}",
           "# (device kind, layout, (n_out, k) bucket, batch bucket):",
-          "#     (implementation, pallas us, xla us, XLA float8 us, measured shape, results file)",
+          "#     (implementation, pallas us / fastest other path's us, {implementation: op",
+          "#      device us}, {XLA GEMV op: us}, measured shape, results file)",
           "_MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {"]
   for key in sorted(cells):
+    impl, ratio, times, baselines, size, source = cells[key]
     out.append(f"    {key!r}:")
-    out.append(f"        {cells[key]!r},")
+    out.append(f"        ({impl!r}, {ratio!r}, {times!r}, {baselines!r},")
+    out.append(f"         {size!r}, {source!r}),")
   out += ["}", END]
   return "\n".join(out) + "\n"
 
@@ -161,17 +226,24 @@ def source_paths(table_text: str, results_dir: str = RESULTS_DIR) -> list[str]:
 
 
 def summary(cells: dict[Key, tuple]) -> list[str]:
-  """Lines for the log: the cells that pick xla, and those where neither path is as fast as
-  XLA's float8-weight GEMV for an 8-bit layout (a target of issue 20 missed)."""
+  """Lines for the log: the cells that pick another path than the kernel, those where the
+  kernel kept its pick within the margin though another path was faster, and those where
+  the pick is slower than XLA's float8-weight GEMV for an 8-bit layout (a target of issue
+  20 missed)."""
   lines = []
   for key in sorted(cells):
-    impl, p, x, f8, size, src = cells[key]
-    best = p if impl == "pallas" else x
-    if impl == "xla":
-      lines.append(f"xla    {key[0]} {key[1]} {size} b={key[3]}: xla {x} < pallas {p} us")
-    if (f8 is not None and best > f8 and key[1] in ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2")):
-      lines.append(f"behind {key[0]} {key[1]} {size} b={key[3]}: {impl} {best} > XLA float8 "
-                   f"{f8} us ({src})")
+    impl, ratio, times, baselines, size, src = cells[key]
+    where = f"{key[0]} {key[1]} {size} b={key[3]}"
+    others = ", ".join(f"{i} {us}" for i, us in times.items() if i != impl)
+    if impl != "pallas":
+      lines.append(f"{impl:<9} {where}: {impl} {times[impl]} us, {others} (x{ratio})")
+    elif ratio is not None and ratio > 1:
+      lines.append(f"margin    {where}: pallas {times['pallas']} us kept, {others} "
+                   f"(x{ratio} < x{1 + MARGIN:g})")
+    f8 = baselines.get("xla_e4m3")
+    if f8 is not None and times[impl] > f8 and key[1] in ("e4m3", "e5m2", "mxfp8",
+                                                           "mxfp8_e5m2"):
+      lines.append(f"behind    {where}: {impl} {times[impl]} > XLA float8 {f8} us ({src})")
   return lines
 
 
@@ -203,6 +275,9 @@ def main(argv: list[str]) -> None:
       raise ValueError("no results: pass --results=FILE.json,... or --from_sources")
     docs = load(paths)
     new = regenerate(text, docs)
+  for _, doc in docs:
+    for line in rejected(doc):
+      print(line)
   for line in summary(build(docs)[1]):
     print(line)
   if f.check:

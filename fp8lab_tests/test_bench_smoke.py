@@ -119,12 +119,17 @@ def _check_row_numbers(r: dict, copy_gbps: float, rows: list[dict]) -> None:
 
 def test_smoke_xla_baselines(tmp_path):
   """The XLA-only run needs nothing from fp8lab's ops; checks the JSON and the unrolling."""
-  doc, stdout = _run_bench(tmp_path, "--ops=xla_f32,xla_bf16,xla_e4m3", "--sizes=200x300",
+  doc, stdout = _run_bench(tmp_path, "--ops=xla_f32,xla_bf16@3,xla_e4m3", "--sizes=200x300",
                            "--batches=1,3")
   _check_common(doc)
   rows = doc["rows"]
+  # xla_bf16@3: that op at batch 3 only
   assert {(r["op"], r["batch"]) for r in rows} == {
-      (op, b) for op in ("xla_f32", "xla_bf16", "xla_e4m3") for b in (1, 3)}
+      (op, b) for op in ("xla_f32", "xla_bf16", "xla_e4m3") for b in (1, 3)} - {("xla_bf16", 1)}
+  assert doc["settings"]["grids"] == [{"ops": ["xla_f32", "xla_bf16", "xla_e4m3"],
+                                       "formats": list(bench_gemv.DEFAULT_FORMATS),
+                                       "sizes": ["200x300"], "batches": [1, 3],
+                                       "op_batches": [["xla_bf16", [3]]]}]
   itemsize = {"xla_f32": (4, 4), "xla_bf16": (2, 2), "xla_e4m3": (1, 2)}
   for r in rows:
     _check_row_numbers(r, doc["copy_bandwidth"]["GBps"], rows)
@@ -170,6 +175,127 @@ def test_smoke_pallas_vs_reference(tmp_path):
       assert 0 <= r["max_rel_diff_vs_reference"] <= doc["settings"]["agree_tol"]
       assert r["agrees"] is True
   assert "pallas vs reference: max rel diff" in stdout
+
+
+def test_op_batches_in_plans():
+  default = bench_gemv.Grid(ops=("pallas",), formats=("e4m3",), sizes=("64x64",),
+                            batches=(1, 4, 16))
+  (g,) = bench_gemv.parse_plan("ops=pallas,xla_packed@1+16,xla_parts", default)
+  assert g.ops == ("pallas", "xla_packed", "xla_parts")
+  assert g.op_batches == (("xla_packed", (1, 16)),)
+  assert [b for b in g.batches if g.runs("xla_packed", b)] == [1, 16]
+  assert [b for b in g.batches if g.runs("pallas", b)] == [1, 4, 16]
+  assert g.settings()["op_batches"] == (("xla_packed", (1, 16)),)
+  assert "op_batches" not in default.settings()
+  for bad in ("ops=pallas,xla_packed@2", "ops=pallas,xla_packed@x", "op_batches=1"):
+    with pytest.raises(ValueError):
+      bench_gemv.parse_plan(bad, default)
+
+
+def test_estimate_counts_the_plans_ops():
+  """The llama plan's timed ops, counted by hand: per (format, shape) pallas and xla_parts at
+  3 batches and xla_packed at 1 (7 ops; f16, whose values are not bfloat16 numbers, has no
+  xla_parts: 4), 2 XLA baselines x 3 batches per shape; 5 shapes."""
+  def grids(formats):
+    default = bench_gemv.Grid(ops=("pallas",), formats=formats, sizes=("64x64",), batches=(1,))
+    return bench_gemv.parse_plan(bench_gemv.NAMED_PLANS["llama"], default)
+  assert bench_gemv.estimate_s(grids(("e4m3",)))[0] == 5 * 7 + 5 * 6
+  assert bench_gemv.estimate_s(grids(("f16",)))[0] == 5 * 4 + 5 * 6
+  assert bench_gemv.estimate_s(grids(bench_gemv.DEFAULT_FORMATS))[0] == 7 * 5 * 7 + 5 * 6
+  n1, s1 = bench_gemv.estimate_s(grids(("e4m3",)))
+  n2, s2 = bench_gemv.estimate_s(grids(("e4m3", "mxfp4")))
+  assert s2 > s1 > n1      # more work, more time; over a second a timed op
+
+
+# --- the roofline picture ------------------------------------------------------------------
+
+
+def _roofline_doc():
+  def row(op, fmt, size, batch, nbytes, dev_us, **kw):
+    return dict({"op": op, "format": fmt, "size": size, "batch": batch, "status": "ok",
+                 "bytes_needed": nbytes, "time_us": 2 * dev_us, "device_us_per_op": dev_us,
+                 "GBps": nbytes / (2 * dev_us) * 1e-3},                # host GB/s
+                **kw)
+  return {"machine": {"device_kind": "Test GPU"}, "date": "2026-01-01",
+          "copy_bandwidth": {"GBps": 3000.0},
+          "rows": [
+              row("xla_e4m3", "float8_e4m3fn", "256x512", 1, 2_000_000, 1.0),   # 2000 GB/s
+              row("pallas", "e4m3", "256x512", 1, 1_000_000, 0.5),              # 2000
+              row("xla_parts", "e4m3", "256x512", 1, 1_000_000, 2.0),           # 500
+              row("pallas", "nvfp4", "256x512", 16, 600_000, 0.4),              # 1500
+              row("pallas", "e4m3", "256x512", 16, 1_200_000, 1.2),             # 1000
+              row("xla_bf16", "bfloat16", "128x64", 4, 300_000, 0.25),          # 1200
+              row("pallas", "e4m3", "128x64", 4, 0, 0.5, status="error",
+                  error="E"),                                                 # left out
+          ]}
+
+
+def test_roofline_data_from_a_synthetic_run():
+  data = bench_gemv.roofline_data(_roofline_doc())
+  assert data["time"] == "device"
+  assert data["cells"] == [["256x512", 1], ["256x512", 16], ["128x64", 4]]
+  xla = {"xla_bf16": [None, None, pytest.approx(1200.0)],
+         "xla_e4m3": [pytest.approx(2000.0), None, None]}
+  assert data["panels"] == [                                # registry order of formats
+      {"format": "e4m3", "run": "2026-01-01", "copy_GBps": 3000.0, "xla": xla,
+       "fp8lab": {"pallas": [pytest.approx(2000.0), pytest.approx(1000.0), None],
+                  "xla_parts": [pytest.approx(500.0), None, None]}},
+      {"format": "nvfp4", "run": "2026-01-01", "copy_GBps": 3000.0, "xla": xla,
+       "fp8lab": {"pallas": [None, pytest.approx(1500.0), None]}}]
+  # without device times (a run off the GPU): host times, and the picture says so
+  doc = _roofline_doc()
+  for r in doc["rows"]:
+    del r["device_us_per_op"]
+  data = bench_gemv.roofline_data(doc)
+  assert data["time"] == "host"
+  assert data["panels"][0]["fp8lab"]["pallas"][0] == pytest.approx(1000.0)
+
+
+def test_roofline_data_of_several_runs():
+  """Runs that timed other formats: a panel per format and run, each with its own run's XLA
+  GEMVs and copy bandwidth; the cells are every run's."""
+  other = {"machine": {"device_kind": "Test GPU"}, "date": "2026-01-02",
+           "copy_bandwidth": {"GBps": 2000.0},
+           "rows": [dict(_roofline_doc()["rows"][1], format="mxfp4", size="64x64"),
+                    dict(_roofline_doc()["rows"][0], size="64x64", device_us_per_op=4.0)]}
+  data = bench_gemv.roofline_data([_roofline_doc(), other])
+  assert data["cells"] == [["256x512", 1], ["256x512", 16], ["128x64", 4], ["64x64", 1]]
+  assert [(p["format"], p["run"], p["copy_GBps"]) for p in data["panels"]] == [
+      ("e4m3", "2026-01-01", 3000.0), ("mxfp4", "2026-01-02", 2000.0),
+      ("nvfp4", "2026-01-01", 3000.0)]
+  mx = data["panels"][1]
+  assert mx["fp8lab"] == {"pallas": [None, None, None, pytest.approx(2000.0)]}
+  assert mx["xla"] == {"xla_e4m3": [None, None, None, pytest.approx(500.0)]}
+  assert data["panels"][0]["xla"]["xla_e4m3"][3] is None        # not the other run's
+  assert data["title"] == "Test GPU; 2026-01-01, 2026-01-02"
+
+
+def test_roofline_without_matplotlib_says_so(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "matplotlib", None)       # import matplotlib fails
+  out = tmp_path / "r.png"
+  why = bench_gemv.draw_roofline(bench_gemv.roofline_data(_roofline_doc()), str(out))
+  assert "matplotlib" in why and not out.exists()
+  assert bench_gemv.draw_roofline(bench_gemv.roofline_data({"rows": []}), str(out)) is not None
+  assert not out.exists()
+
+
+def test_roofline_png(tmp_path):
+  pytest.importorskip("matplotlib")
+  out = tmp_path / "r.png"
+  assert bench_gemv.draw_roofline(bench_gemv.roofline_data(_roofline_doc()), str(out)) is None
+  assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_summarize_draws_the_roofline(tmp_path):
+  src, src2, out = tmp_path / "r.json", tmp_path / "r2.json", tmp_path / "r.png"
+  src.write_text(json.dumps(_roofline_doc()))
+  src2.write_text(json.dumps(dict(_roofline_doc(), date="2026-01-02")))
+  proc = _run_script("bench_gemv.py", f"--summarize={src},{src2}", f"--roofline={out}")
+  assert proc.stdout.count("256x512") >= 2 * 4           # a table per file first
+  if out.exists():
+    assert f"roofline: {out}" in proc.stdout and out.read_bytes()[:4] == b"\x89PNG"
+  else:
+    assert "roofline skipped: matplotlib is not importable" in proc.stdout
 
 
 def test_unrolled_call_does_the_work_copies_times():

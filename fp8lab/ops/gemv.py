@@ -40,8 +40,9 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       supported: x is rotated the same way first (the rotation is orthogonal, so the
       product is that of the unrotated operands up to rounding).
     x: (k,) or (..., k) float32, bfloat16 or float16 (a batch of tokens).
-    implementation: None (on a GPU the faster of the Pallas kernel and "xla" as measured
-      for this device, layout, shape and batch: the table of fp8lab/kernels/gemv/dispatch.py,
+    implementation: None (on a GPU the fastest of the Pallas kernel, "xla" and "xla_parts"
+      as measured for this device, layout, shape and batch: the table of
+      fp8lab/kernels/gemv/dispatch.py,
       the kernel where it has no entry, and the kernel whenever fp8_decode is given; the
       reference elsewhere; interpret=True: the kernel; for formats the kernel does not serve,
       fp8lab.kernels.gemv.serves_format: "xla" on a GPU, the reference elsewhere; the batch
@@ -52,7 +53,7 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
       y, and x split into bfloat16 parts whose float32 sum is x, 1 for bfloat16 x, else 3;
       one bfloat16 dot with float32 accumulation over the stacked parts, the parts' results
       summed smallest first; formats whose values are bfloat16 numbers: e4m3, e5m2, mxfp8,
-      mxfp8_e5m2, mxfp4, nvfp4, bf16; not picked by None until measured) or "reference"
+      mxfp8_e5m2, mxfp4, nvfp4, bf16; None picks it where the table does) or "reference"
       (golden-model dequantize + jnp.dot at HIGHEST precision). See fp8lab/ops/_op.py.
     interpret: run the Pallas kernel in interpret mode (CPU); implies the kernel (with
       implementation "xla" or "reference" it is an error).
@@ -132,11 +133,15 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
 
 def _dispatched(w, x: jax.Array) -> str:
   """implementation=None on a GPU: the dispatch table's pick for this device, layout, shape
-  and number of x rows (fp8lab/kernels/gemv/dispatch.py; "pallas" where it has no entry)."""
+  and number of x rows (fp8lab/kernels/gemv/dispatch.py; "pallas" where it has no entry,
+  and where it picks "xla_parts" for a format that path does not take)."""
   n_out, k = w.shape
   batch = math.prod(x.shape[:-1])
-  return gemv_dispatch.choose(gemv_dispatch.device_kind(),
+  impl = gemv_dispatch.choose(gemv_dispatch.device_kind(),
                               gemv_dispatch.layout_of(w.format, w.block_shape), n_out, k, batch)
+  if impl == "xla_parts" and w.format not in PARTS_FORMATS:
+    return gemv_dispatch.FALLBACK
+  return impl
 
 
 def _check_operands(w, x) -> jax.Array:
