@@ -136,6 +136,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
         'gemv_h200_20261201_215647',
         'gemv_h200_dispatch_a_20261202_043919',
         'gemv_h200_dispatch_b_20261202_044552',
+        'gemv_h200_xla_parts_20261202_0815',
     ),
 }
 # (device kind, layout, (n_out, k) bucket, batch bucket):
@@ -215,17 +216,17 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', None, {'pallas': 39.8}, {'xla_e4m3': 14.1},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 1):
-        ('pallas', 0.775, {'pallas': 21.7, 'xla': 27.9}, {'xla_e4m3': 19.9},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('xla_parts', 1.092, {'pallas': 21.5, 'xla_parts': 19.7}, {'xla_e4m3': 19.8},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 4):
         ('pallas', 0.213, {'pallas': 22.1, 'xla': 103.5}, {'xla_e4m3': 18.5},
          '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 16):
-        ('pallas', 0.161, {'pallas': 25.3, 'xla': 156.9}, {'xla_e4m3': 20.5},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.876, {'pallas': 25.1, 'xla_parts': 28.7}, {'xla_e4m3': 20.1},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 64):
-        ('pallas', 0.29, {'pallas': 71.5, 'xla': 246.6}, {'xla_e4m3': 27.8},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.911, {'pallas': 72.3, 'xla_parts': 79.4}, {'xla_e4m3': 27.5},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (8192, 4096), 1):
         ('xla', 1.14, {'pallas': 12.9, 'xla': 11.3}, {'xla_e4m3': 11.4},
          '6144x4096', 'gemv_h200_dispatch_a_20261202_043919'),
@@ -263,29 +264,29 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', 0.252, {'pallas': 68.9, 'xla': 273.5}, {'xla_e4m3': 29.5},
          '14336x4096', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'e4m3', (16384, 16384), 1):
-        ('pallas', 0.592, {'pallas': 68.9, 'xla': 116.4}, {'xla_e4m3': 71.1},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.937, {'pallas': 67.5, 'xla_parts': 72.0}, {'xla_e4m3': 69.3},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (16384, 16384), 4):
         ('pallas', 0.157, {'pallas': 69.2, 'xla': 441.8}, {'xla_e4m3': 72.9},
          '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'e4m3', (16384, 16384), 16):
-        ('pallas', 0.103, {'pallas': 74.0, 'xla': 716.9}, {'xla_e4m3': 79.6},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.761, {'pallas': 72.8, 'xla_parts': 95.7}, {'xla_e4m3': 76.7},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (16384, 16384), 64):
-        ('pallas', 0.177, {'pallas': 203.9, 'xla': 1154.2}, {'xla_e4m3': 95.3},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.806, {'pallas': 203.7, 'xla_parts': 252.7}, {'xla_e4m3': 90.6},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 1):
-        ('pallas', 0.774, {'pallas': 34.6, 'xla': 44.7}, {'xla_e4m3': 34.0},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 1.015, {'pallas': 34.2, 'xla_parts': 33.7}, {'xla_e4m3': 33.3},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 4):
         ('pallas', 0.155, {'pallas': 35.1, 'xla': 226.5}, {'xla_e4m3': 31.1},
          '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 16):
-        ('pallas', 0.113, {'pallas': 40.7, 'xla': 360.3}, {'xla_e4m3': 35.0},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.912, {'pallas': 40.7, 'xla_parts': 44.7}, {'xla_e4m3': 34.1},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 64):
-        ('pallas', 0.247, {'pallas': 126.5, 'xla': 513.0}, {'xla_e4m3': 39.8},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 1.017, {'pallas': 127.6, 'xla_parts': 125.4}, {'xla_e4m3': 39.1},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (131072, 4096), 1):
         ('pallas', 0.647, {'pallas': 124.2, 'xla': 192.2}, {'xla_e4m3': 130.9},
          '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
@@ -371,17 +372,17 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', None, {'pallas': 36.0}, {'xla_e4m3': 14.1},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 1):
-        ('pallas', 0.298, {'pallas': 23.3, 'xla': 78.1}, {'xla_e4m3': 19.9},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.183, {'pallas': 23.3, 'xla_parts': 127.2}, {'xla_e4m3': 19.8},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 4):
         ('pallas', 0.132, {'pallas': 23.6, 'xla': 179.0}, {'xla_e4m3': 18.5},
          '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 16):
-        ('pallas', 0.141, {'pallas': 31.3, 'xla': 221.8}, {'xla_e4m3': 20.5},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.242, {'pallas': 31.7, 'xla_parts': 130.9}, {'xla_e4m3': 20.1},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 64):
-        ('pallas', 0.329, {'pallas': 86.8, 'xla': 264.0}, {'xla_e4m3': 27.8},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.631, {'pallas': 86.9, 'xla_parts': 137.9}, {'xla_e4m3': 27.5},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (8192, 8192), 1):
         ('pallas', None, {'pallas': 23.8}, {'xla_e4m3': 21.3},
          '8192x8192', 'gemv_h200_20261201_215647'),
@@ -407,20 +408,20 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', 0.315, {'pallas': 93.3, 'xla': 296.4}, {'xla_e4m3': 29.5},
          '14336x4096', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'mxfp4', (16384, 16384), 1):
-        ('pallas', 0.177, {'pallas': 60.5, 'xla': 341.0}, {'xla_e4m3': 71.1},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.111, {'pallas': 60.4, 'xla_parts': 542.1}, {'xla_e4m3': 69.3},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (16384, 16384), 4):
         ('pallas', 0.078, {'pallas': 60.9, 'xla': 778.4}, {'xla_e4m3': 72.9},
          '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'mxfp4', (16384, 16384), 16):
-        ('pallas', 0.089, {'pallas': 86.2, 'xla': 971.5}, {'xla_e4m3': 79.6},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.156, {'pallas': 86.5, 'xla_parts': 554.1}, {'xla_e4m3': 76.7},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (16384, 16384), 64):
-        ('pallas', 0.266, {'pallas': 320.1, 'xla': 1201.8}, {'xla_e4m3': 95.3},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.569, {'pallas': 321.4, 'xla_parts': 565.2}, {'xla_e4m3': 90.6},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (32768, 4096), 1):
-        ('pallas', 0.247, {'pallas': 34.9, 'xla': 141.7}, {'xla_e4m3': 34.0},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.143, {'pallas': 34.9, 'xla_parts': 244.6}, {'xla_e4m3': 33.3},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (32768, 4096), 4):
         ('pallas', 0.098, {'pallas': 35.2, 'xla': 358.0}, {'xla_e4m3': 31.1},
          '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
@@ -503,17 +504,17 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', None, {'pallas': 39.7}, {'xla_e4m3': 14.1},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 1):
-        ('pallas', 0.249, {'pallas': 18.2, 'xla': 73.1}, {'xla_e4m3': 19.9},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.147, {'pallas': 18.1, 'xla_parts': 123.2}, {'xla_e4m3': 19.8},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 4):
         ('pallas', 0.105, {'pallas': 18.5, 'xla': 175.6}, {'xla_e4m3': 18.5},
          '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 16):
-        ('pallas', 0.117, {'pallas': 25.6, 'xla': 218.5}, {'xla_e4m3': 20.5},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.201, {'pallas': 25.4, 'xla_parts': 126.3}, {'xla_e4m3': 20.1},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 64):
-        ('pallas', 0.267, {'pallas': 69.6, 'xla': 260.7}, {'xla_e4m3': 27.8},
-         '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.51, {'pallas': 68.3, 'xla_parts': 133.8}, {'xla_e4m3': 27.5},
+         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (8192, 8192), 1):
         ('pallas', None, {'pallas': 19.4}, {'xla_e4m3': 21.3},
          '8192x8192', 'gemv_h200_20261201_215647'),
@@ -539,29 +540,29 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', 0.219, {'pallas': 63.1, 'xla': 288.4}, {'xla_e4m3': 29.5},
          '14336x4096', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'nvfp4', (16384, 16384), 1):
-        ('pallas', 0.168, {'pallas': 53.4, 'xla': 318.5}, {'xla_e4m3': 71.1},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.101, {'pallas': 52.9, 'xla_parts': 523.4}, {'xla_e4m3': 69.3},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (16384, 16384), 4):
         ('pallas', 0.071, {'pallas': 54.0, 'xla': 765.3}, {'xla_e4m3': 72.9},
          '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'nvfp4', (16384, 16384), 16):
-        ('pallas', 0.074, {'pallas': 71.2, 'xla': 956.6}, {'xla_e4m3': 79.6},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.133, {'pallas': 71.1, 'xla_parts': 535.2}, {'xla_e4m3': 76.7},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (16384, 16384), 64):
-        ('pallas', 0.154, {'pallas': 186.8, 'xla': 1214.0}, {'xla_e4m3': 95.3},
-         '16384x16384', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('pallas', 0.338, {'pallas': 185.4, 'xla_parts': 548.5}, {'xla_e4m3': 90.6},
+         '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 1):
-        ('pallas', 0.222, {'pallas': 28.8, 'xla': 129.8}, {'xla_e4m3': 34.0},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.122, {'pallas': 28.8, 'xla_parts': 236.6}, {'xla_e4m3': 33.3},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 4):
         ('pallas', 0.083, {'pallas': 29.4, 'xla': 354.3}, {'xla_e4m3': 31.1},
          '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 16):
-        ('pallas', 0.093, {'pallas': 39.7, 'xla': 425.8}, {'xla_e4m3': 35.0},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.162, {'pallas': 39.6, 'xla_parts': 244.1}, {'xla_e4m3': 34.1},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 64):
-        ('pallas', 0.211, {'pallas': 114.6, 'xla': 542.3}, {'xla_e4m3': 39.8},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.445, {'pallas': 115.3, 'xla_parts': 259.1}, {'xla_e4m3': 39.1},
+         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (131072, 4096), 1):
         ('pallas', 0.159, {'pallas': 91.2, 'xla': 572.3}, {'xla_e4m3': 130.9},
          '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
