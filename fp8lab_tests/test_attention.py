@@ -176,7 +176,7 @@ def check_attention(q, k, v, lengths, impl="pallas", q_positions=None, **kw):
   want, want_lse, tol, lse_tol = ref64(q, _values64(k), _values64(v), np.asarray(lengths),
                                        kw.get("sm_scale"),
                                        None if q_positions is None else np.asarray(q_positions),
-                                       tensor_cores=impl == "pallas")
+                                       tensor_cores=impl == "pallas", f16=impl == "pallas")
   assert o.dtype == q.dtype and o.shape == q.shape
   assert_close(o, want, tol + _u_out(q.dtype) * np.abs(want), f"{impl} o")
   seen = np.isfinite(want_lse)
@@ -907,6 +907,11 @@ def test_errors_before_tracing(monkeypatch):
       mp.setenv(env, "rows")
       with pytest.raises(ValueError, match=env):
         att(q, k, k)
+  for bad in ("64:4", "64:4:2:x", "a:b:c"):
+    with monkeypatch.context() as mp:
+      mp.setenv("FP8LAB_ATTENTION_CONFIG", bad)
+      with pytest.raises(ValueError, match="FP8LAB_ATTENTION_CONFIG must be"):
+        att(q, k, k, implementation="pallas", interpret=INTERPRET)
   # kv_cache_update
   upd = fp8lab.kv_cache_update
   with pytest.raises(ValueError, match=r"positions must lie in \[0, 40\)"):
@@ -917,6 +922,17 @@ def test_errors_before_tracing(monkeypatch):
     upd(k, jnp.zeros((bsz, 1, hkv + 1, 64)), jnp.array([0, 1], jnp.int32))
   with pytest.raises(ValueError, match="scale is for the per-tensor"):
     upd(k, jnp.zeros((bsz, 1, hkv, 64)), jnp.array([0, 1], jnp.int32), scale=1.0)
+
+
+@pytest.mark.parametrize("cfg", ["32:1:1:2", "16:2:1:0.5"])
+def test_launch_config_env(monkeypatch, cfg):
+  """FP8LAB_ATTENTION_CONFIG (the tuning runs' launch) gives results within the bound."""
+  bsz, cap, hkv = SHAPE
+  monkeypatch.setenv("FP8LAB_ATTENTION_CONFIG", cfg)
+  k = _kv("e4m3_block", _normal(51, (bsz, cap, hkv, 128)))
+  v = _kv("nvfp4", _normal(52, (bsz, cap, hkv, 128)))
+  q = _normal(53, (bsz, 1, hkv * 4, 128))
+  check_attention(q, k, v, _lengths(bsz, cap))
 
 
 def test_default_implementation():

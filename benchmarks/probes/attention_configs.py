@@ -177,8 +177,12 @@ def main(argv):
   best = {}
   for fmt in _FORMATS.value:
     res = run(shapes[0], fmt, variants)
-    ranked = [v for _, v in sorted(res, key=lambda t: t[0]) if _ != float("inf")]
+    ranked = [v for t, v in sorted(res, key=lambda t: t[0]) if t != float("inf")]
     best[fmt] = ranked[:_TOP.value]
+    if ranked:
+      b = ranked[0]
+      print(f"BEST {fmt} {b.name()} env={b.block_s}:{b.num_warps}:{b.num_stages}:"
+            f"{b.split_mult:g}", flush=True)
   if _TOP.value > 0:
     for shape in shapes[1:]:
       for fmt in _FORMATS.value:

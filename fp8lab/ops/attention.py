@@ -30,8 +30,8 @@ from fp8lab.ops import _op
 from fp8lab.ops.quantize import quantize as _quantize
 from fp8lab.quantized import QuantizedArray
 
-__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV", "COMPUTES",
-           "DECODE_ROWS"]
+__all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV", "CONFIG_ENV",
+           "COMPUTES", "DECODE_ROWS"]
 
 HEAD_DIMS = (64, 128, 256)
 # attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
@@ -49,6 +49,11 @@ _KERNEL_DEFAULT: frozenset[str] = frozenset({"tensor", "block", "mx", "nvfp4"})
 # bfloat16 parts on the tensor cores for the operands split_serves takes, IEEE float32 dots
 # for the others) or "f32" (IEEE float32 dots throughout).
 DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
+# The decode kernel's launch, read at each call: "block_s:num_warps:num_stages[:split_mult]"
+# (AttentionConfig fields; split_mult multiplies the default n_splits) instead of
+# kernels/attention.attention_config's defaults; unset or "" for the defaults. For tuning
+# runs (benchmarks/probes/attention_configs.py finds candidates).
+CONFIG_ENV = "FP8LAB_ATTENTION_CONFIG"
 # The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
 # kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
 # with float32 softmax and accumulation, "fp8" the prefill kernel's e4m3 q / P / K / V dots.
@@ -408,8 +413,8 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
   capacity = table.shape[1] * page_size if table is not None else k.shape[1]
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
   dots, layout = arith.split(":")          # AttentionConfig.dots, .layout
-  cfg = dataclasses.replace(attn_kernel.attention_config(bsz, hkv, capacity, dim, interpret),
-                            dots=dots, layout=layout)
+  cfg = dataclasses.replace(_launch_config(attn_kernel.attention_config(
+      bsz, hkv, capacity, dim, interpret)), dots=dots, layout=layout)
   o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
                                         vplan=vplan, capacity=capacity, page_size=page_size,
                                         sm_scale=sm_scale, config=cfg, interpret=interpret)
@@ -418,6 +423,24 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
   lse = lse[:, :, :tq * group].reshape(bsz, hkv, tq, group)
   lse = jnp.transpose(lse, (0, 2, 1, 3)).reshape(bsz, tq, hq)
   return _unrotate_o(v, o).astype(q.dtype), lse
+
+
+def _launch_config(cfg):
+  """cfg with CONFIG_ENV's fields, if set (ValueError for a malformed value)."""
+  v = os.environ.get(CONFIG_ENV, "")
+  if not v:
+    return cfg
+  f = v.split(":")
+  try:
+    if len(f) not in (3, 4):
+      raise ValueError
+    block_s, warps, stages = (int(x) for x in f[:3])
+    mult = float(f[3]) if len(f) == 4 else 1.0
+  except ValueError:
+    raise ValueError(f"attention: {CONFIG_ENV} must be block_s:num_warps:num_stages"
+                     f"[:split_mult], got {v!r}") from None
+  return dataclasses.replace(cfg, block_s=block_s, num_warps=warps, num_stages=stages,
+                             n_splits=max(1, int(cfg.n_splits * mult)))
 
 
 @functools.lru_cache(maxsize=None)
