@@ -69,11 +69,20 @@ QUANT_FORMATS = ("e4m3", "e5m2", "mxfp8", "mxfp8_e5m2", "mxfp4", "nvfp4", "nvfp4
 DELAYED_FORMATS = ("e4m3", "e5m2", "nvfp4")
 EXACT_ROW_LAYOUTS = ("e4m3", "mxfp4")
 
-# Which cases run by default: the kernel in interpret mode costs ~1 s a compile on this
-# machine, so the default run takes every layout once in the column-parallel test (the
-# bitwise one) and a cover of the row-parallel one; FP8LAB_SLOW_TESTS=1 runs all.
-ROW_DEFAULT = ("e4m3", "mxfp4", "nvfp4_2d", "e5m2_block", "bf16")
-ATTN_DEFAULT = ("e4m3", "mxfp4", "nvfp4", "e4m3_block", "bf16")
+# Which cases run by default. The kernel in interpret mode costs ~1 s a compile here, so the
+# default run (<= 40 s with the subprocess starts) keeps a cover: every format in the
+# quantize check, and the kernel's formats of each family (e4m3, MX 4-bit, NVFP4 tiles,
+# bf16, MX 8-bit, blockwise per token) in the gemv / attention ones, blockwise FP8 through
+# "xla"; FP8LAB_SLOW_TESTS=1 runs every case.
+COL_DEFAULT = ("e4m3", "mxfp4", "nvfp4_2d", "bf16", "e5m2_block")
+ROW_DEFAULT = ("e4m3", "nvfp4_2d", "e5m2_block")   # col's shapes: compiles shared
+ATTN_DEFAULT = ("e4m3_block",)
+# format -> its split in the default run (nvfp4's 1D blocks: in the delayed-scaling case)
+QUANT_DEFAULT = {"e4m3": "cols", "e5m2": "rows", "mxfp8": "rows", "mxfp8_e5m2": "cols",
+                 "mxfp4": "rows", "nvfp4": None, "nvfp4_2d": "cols", "e4m3_block": "rows",
+                 "e5m2_block": "rows", "f16": "cols", "bf16": "rows"}
+DELAYED_DEFAULT = ("nvfp4", "reference")
+EXACT_ROW_DEFAULT = ("e4m3",)
 
 
 def _layout(name):
@@ -140,7 +149,9 @@ def _worker(out_path: str, cases: list[str]) -> None:
     ws = S.shard_quantized(w, mesh, P("tp", None))
     f = jax.jit(lambda w, x: S.column_parallel_gemv(w, x, mesh, "tp", **gemv_kw(layout)))
     got = f(ws, x)
-    save(case, want=want, got=got, spec=_spec_text(got), x=x, w=fp8lab.dequantize(w))
+    save(case, want=want, got=got, spec=_spec_text(got), x=x)
+    if layout not in KERNEL_LAYOUTS:                   # for the reordering bound
+      save(case, w=fp8lab.dequantize(w, jnp.float32))
 
   def rowgemv(case, layout, integers=False):
     w = weight(layout, 3, integers)
@@ -170,16 +181,18 @@ def _worker(out_path: str, cases: list[str]) -> None:
     save(case, want=o, got=o_s, want_lse=lse, got_lse=lse_s)
 
   def quant(case, rest):
-    fmt_name, how, split = rest.split("/")
+    fmt_name, how, split, implementation = rest.split("/")
     fmt, block = _layout(fmt_name)
-    x = jax.random.normal(jax.random.key(7), (64, 256), jnp.float32)
-    x = x * jnp.arange(1, 65, dtype=jnp.float32)[:, None] / 8     # each shard its own amax
+    # the gemv weights' shape (compiles shared); each shard its own amax
+    x = jax.random.normal(jax.random.key(7), (64, 512), jnp.float32)
+    x = x * jnp.arange(1, 65, dtype=jnp.float32)[:, None] / 8
     spec = P("tp", None) if split == "rows" else P(None, "tp")
     scaling = None
     if how == "delayed":
       st = fp8lab.DelayedScaling.create(fmt, history_length=4)
       scaling = st.update(jnp.float32(5.0)).update(jnp.float32(3.0))
-    impl = dict(implementation="pallas", interpret=True) if how == "delayed" else {}
+    impl = (dict(implementation="pallas", interpret=True) if implementation == "pallas"
+            else dict(implementation="reference"))
     kw = {} if block is None else {"block_shape": block}
     want = fp8lab.quantize_with_amax(x, fmt, scaling=scaling, **impl, **kw)
     f = jax.jit(lambda x, sc: S.sharded_quantize_with_amax(x, fmt, mesh, spec, scaling=sc,
@@ -192,6 +205,18 @@ def _worker(out_path: str, cases: list[str]) -> None:
     if scaling is not None:
       save(case, want_hist=want.scaling.amax_history, got_hist=got.scaling.amax_history,
            want_scale=want.scaling.scale, got_scale=got.scaling.scale)
+
+  def tp_smoke(case):
+    """bench_decode_tp's run_path (the benchmark's rows) at the smoke size, 1 layer, on
+    the first 2 devices: the nvfp4 path through gemv_packed's "xla" implementation."""
+    import dataclasses
+    from benchmarks import bench_decode as bd
+    from benchmarks import bench_decode_tp as tp
+    model = dataclasses.replace(bd.SMOKE_MODEL, layers=1)
+    rows = tp.run_path("fp8lab_nvfp4", model, 2, [(2, 32)], seed=0, impl="xla",
+                       interpret=False, gemv_x_dtype=jnp.bfloat16, attn_impl="xla", reps=2,
+                       warmup=0, agree_tol=5e-2, log=lambda _: None)
+    out[f"{case}:rows"] = np.array(json.dumps(rows))
 
   for case in cases:
     t0 = time.perf_counter()
@@ -206,6 +231,8 @@ def _worker(out_path: str, cases: list[str]) -> None:
       attn(case, rest)
     elif kind == "quant":
       quant(case, rest)
+    elif kind == "tp":
+      tp_smoke(case)
     else:
       raise ValueError(case)
     times[case] = time.perf_counter() - t0
@@ -219,19 +246,20 @@ def _param(case: str, default: bool):
   return case if default else pytest.param(case, marks=pytest.mark.slow)
 
 
-COL_CASES = [_param(f"col/{l}", True) for l in GEMV_LAYOUTS]
+COL_CASES = [_param(f"col/{l}", l in COL_DEFAULT) for l in GEMV_LAYOUTS]
 ROW_CASES = [_param(f"row/{l}", l in ROW_DEFAULT) for l in GEMV_LAYOUTS]
-ROWINT_CASES = [_param(f"rowint/{l}", True) for l in EXACT_ROW_LAYOUTS]
+ROWINT_CASES = [_param(f"rowint/{l}", l in EXACT_ROW_DEFAULT) for l in EXACT_ROW_LAYOUTS]
 ATTN_CASES = [_param(f"attn/{f}", f in ATTN_DEFAULT) for f in KV_FORMATS]
-QUANT_CASES = ([_param(f"quant/{f}/current/rows", True) for f in QUANT_FORMATS]
-               + [_param(f"quant/{f}/current/cols", f in ("e4m3", "mxfp4", "nvfp4"))
-                  for f in QUANT_FORMATS if f not in ("e4m3_block", "e5m2_block")]
-               + [_param(f"quant/{f}/delayed/rows", True) for f in DELAYED_FORMATS])
+QUANT_CASES = (
+    [_param(f"quant/{f}/current/{split}/reference", QUANT_DEFAULT[f] == split)
+     for f in QUANT_FORMATS for split in ("rows", "cols")]
+    + [_param(f"quant/{f}/delayed/rows/{impl}", (f, impl) == DELAYED_DEFAULT)
+       for f in DELAYED_FORMATS for impl in ("reference", "pallas")])
 
 
 def _cases_to_run() -> list[str]:
   from fp8lab_tests.switches import SLOW
-  cases = []
+  cases = ["tp/smoke"]
   for p in COL_CASES + ROW_CASES + ROWINT_CASES + ATTN_CASES + QUANT_CASES:
     if isinstance(p, str):
       cases.append(p)
@@ -245,7 +273,11 @@ def _subprocess_env(n_devices: int) -> dict[str, str]:
              PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
   flags = [f for f in env.get("XLA_FLAGS", "").split()
            if not f.startswith("--xla_force_host_platform_device_count")]
-  env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={n_devices}"])
+  # n host devices; XLA's CPU backend without its costly optimizations, which halves the
+  # compile times that dominate here (both sides of every comparison compile with them).
+  env["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={n_devices}",
+                                       "--xla_backend_optimization_level=0",
+                                       "--xla_llvm_disable_expensive_passes=true"])
   return env
 
 
@@ -255,7 +287,7 @@ def results(tmp_path_factory):
   out = tmp_path_factory.mktemp("sharding") / "results.npz"
   proc = subprocess.run([sys.executable, "-m", "fp8lab_tests.test_sharding", str(out),
                          *_cases_to_run()], cwd=_REPO, env=_subprocess_env(N_DEV),
-                        capture_output=True, text=True, timeout=600)
+                        capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
   with np.load(out) as f:
     return {k: f[k] for k in f.files}
@@ -339,7 +371,7 @@ def test_sharded_quantize_bytes(results, case):
     if f"{case}:want_{name}" in results or f"{case}:got_{name}" in results:
       assert_same_bits(results[f"{case}:got_{name}"], results[f"{case}:want_{name}"],
                        f"{case} {name}")
-  split = case.rsplit("/", 1)[1]
+  split = case.split("/")[3]
   assert json.loads(str(results[f"{case}:data_spec"])) == (
       ["tp", None] if split == "rows" else [None, "tp"])
 
@@ -352,9 +384,12 @@ def _abstract_mesh(n=N_DEV):
 
 
 def _q(fmt, shape, **kw):
-  import jax.numpy as jnp
+  """The QuantizedArray of a (shape) float32 array, abstract (leaves ShapeDtypeStruct): the
+  checks read its static layout only."""
+  import jax
   import fp8lab
-  return fp8lab.quantize(jnp.ones(shape, jnp.float32), fmt, **kw)
+  return jax.eval_shape(lambda a: fp8lab.quantize(a, fmt, **kw),
+                        jax.ShapeDtypeStruct(shape, "float32"))
 
 
 @pytest.mark.parametrize("fmt,shape,spec,kw,message", [
@@ -362,8 +397,8 @@ def _q(fmt, shape, **kw):
     # alone would split the (n, 4) scales 4 ways... and the (n, 16) words 8 ways
     ("mxfp4", (8, 128), (None, "tp"), {}, r"16 elements, not a multiple of the scale block "
      r"\(32,\)"),
-    # e2m1: 8 codes a word; k = 36 over 4: 9 elements a shard
-    ("nvfp4", (8, 36), (None, "tp"), {}, r"length 36 is not a multiple of 4"),
+    # k = 38 over 4 devices: uneven
+    ("nvfp4", (8, 38), (None, "tp"), {}, r"length 38 is not a multiple of 4"),
     ("nvfp4", (8, 48), (None, "tp"), {}, r"12 elements, not a multiple of the 8 e2m1 codes "
      r"per uint32 word"),
     # 16x16 tiles: 32 rows over 4 devices cut tiles
@@ -403,30 +438,52 @@ def test_good_sharding_specs_of_the_leaves():
 
 # ---------------------------------------------------------------------------- TP decode
 
-def test_bench_decode_tp_smoke(tmp_path):
-  """benchmarks/bench_decode_tp.py at its smoke size on 2 host devices: one row per path,
-  the TP logits agreeing with the 1-device step's, the sizes as worked out here."""
+# per device: QKV (4 + 2 * 2) * 16 / 2 = 64 rows of 64; O 64 x 32; gate-up 128 x 64; down
+# 64 x 64; LM head 128 x 64 (the smoke model: hidden 64, 4 heads and 2 KV heads of 16, MLP
+# 128, vocabulary 256; 2 devices)
+_LOCAL = {"qkv": [64, 64], "o": [64, 32], "gate_up": [128, 64], "down": [64, 64],
+          "lm_head": [128, 64]}
+# nvfp4 weights of the 1-layer smoke model: 4 bits a weight, an E4M3 byte per 16, a float32
+# tensor scale per matrix; the bf16 gains (g_attn, g_mlp, g_final)
+_NVFP4_BYTES = ((128 * 64 + 64 * 64 + 256 * 64 + 64 * 128 + 256 * 64) * 9 // 16 + 4 * 5
+                + 3 * 64 * 2)
+
+
+def _check_tp_row(r, agree_tol):
+  assert r["status"] == "ok", r.get("error")
+  assert (r["path"], r["batch"], r["kv_len"], r["devices"]) == ("fp8lab_nvfp4", 2, 32, 2)
+  assert r["tp_over_single"] == pytest.approx(r["tp_step_us"] / r["single_step_us"])
+  assert r["agrees"] is True and 0 <= r["max_rel_diff_tp_vs_single"] <= agree_tol
+  assert r["local_matrices"] == _LOCAL
+  assert r["weight_bytes"] == _NVFP4_BYTES
+  assert r["kv_bytes"] == 2 * 2 * 32 * 2 * 16 * 2          # (k, v) x B x L x heads x d, bf16
+
+
+def test_tp_decode_step_agrees_with_one_device(results):
+  """bench_decode_tp's run_path, in the worker on 2 of its devices (1 layer of the smoke
+  model, nvfp4 weights through gemv_packed's "xla" path): the TP step's logits within
+  bench_decode's agree_tol of the 1-device step's, the per-device sizes as worked out."""
+  rows = json.loads(str(results["tp/smoke:rows"]))
+  assert len(rows) == 1
+  _check_tp_row(rows[0], 5e-2)
+
+
+@pytest.mark.slow
+def test_bench_decode_tp_main_smoke(tmp_path):
+  """benchmarks/bench_decode_tp.py as a script (its absl flags, the JSON file) on 2 host
+  devices."""
   out = tmp_path / "tp.json"
   proc = subprocess.run(
       [sys.executable, os.path.join(_REPO, "benchmarks", "bench_decode_tp.py"), f"--out={out}",
-       "--paths=bf16,fp8lab_mxfp4", "--reps=2", "--warmup=0"],
-      cwd=_REPO, env=_subprocess_env(2), capture_output=True, text=True, timeout=300)
+       "--paths=fp8lab_nvfp4", "--fp8lab_implementation=xla", "--layers=1", "--reps=2",
+       "--warmup=0"], cwd=_REPO, env=_subprocess_env(2), capture_output=True, text=True,
+      timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   doc = json.loads(out.read_text())
-  assert doc["smoke"] is True and doc["devices"] == 2
-  assert doc["machine"]["device_count"] == 2
-  rows = {r["path"]: r for r in doc["rows"]}
-  assert set(rows) == {"bf16", "fp8lab_mxfp4"}
-  for path, r in rows.items():
-    assert r["status"] == "ok", r.get("error")
-    assert (r["batch"], r["kv_len"]) == (2, 32)
-    assert r["tp_over_single"] == pytest.approx(r["tp_step_us"] / r["single_step_us"])
-    assert r["agrees"] is True and 0 <= r["max_rel_diff_tp_vs_single"] <= doc["settings"][
-        "agree_tol"]
-    # per device: QKV (4 + 2 * 2) * 16 / 2 = 64 rows of 64; O 64 x 32; gate-up 128 x 64;
-    # down 64 x 64; LM head 128 x 64 (vocab 256 split)
-    assert r["local_matrices"] == {"qkv": [64, 64], "o": [64, 32], "gate_up": [128, 64],
-                                   "down": [64, 64], "lm_head": [128, 64]}
+  assert doc["smoke"] is True and doc["devices"] == 2 and doc["machine"]["device_count"] == 2
+  assert doc["model"]["layers"] == 1 and len(doc["rows"]) == 1
+  _check_tp_row(doc["rows"][0], doc["settings"]["agree_tol"])
+  assert "ratio" in proc.stdout
 
 
 if __name__ == "__main__":
