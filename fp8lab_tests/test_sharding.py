@@ -392,33 +392,67 @@ def _q(fmt, shape, **kw):
                         jax.ShapeDtypeStruct(shape, "float32"))
 
 
-@pytest.mark.parametrize("fmt,shape,spec,kw,message", [
-    # mxfp4 k = 128 over 8: 16 elements a shard, two whole words but half a 32-block; JAX
-    # alone would split the (n, 4) scales 4 ways... and the (n, 16) words 8 ways
-    ("mxfp4", (8, 128), (None, "tp"), {}, r"16 elements, not a multiple of the scale block "
-     r"\(32,\)"),
-    # k = 38 over 4 devices: uneven
-    ("nvfp4", (8, 38), (None, "tp"), {}, r"length 38 is not a multiple of 4"),
-    ("nvfp4", (8, 48), (None, "tp"), {}, r"12 elements, not a multiple of the 8 e2m1 codes "
-     r"per uint32 word"),
-    # 16x16 tiles: 32 rows over 4 devices cut tiles
-    ("nvfp4", (32, 64), ("tp", None), {"block_shape": (16, 16)},
-     r"axis 0 .* 8 elements, not a multiple of the scale tile \(16, 16\) \(16 along"),
-    ("e4m3_block", (8, 256), (None, "tp"), {}, r"64 elements, not a multiple of the scale "
-     r"block \(128,\)"),
-    ("e4m3", (8, 32), (None, "tp"), {"hadamard": 16}, r"8 elements, not a multiple of the "
-     r"Hadamard block 16"),
-    ("bf16", (8, 4), (None, "tp"), {}, r"1 elements, not a multiple of the 2 bf16 codes"),
-])
-def test_bad_sharding_is_a_value_error_with_the_numbers(fmt, shape, spec, kw, message):
+def _leaf_counts_divide(x, spec, n: int) -> bool:
+  """Whether every leaf axis that `spec` splits has a length divisible by n (what JAX's
+  own device_put of the leaves checks)."""
+  import fp8lab
+  specs = fp8lab.quantized_specs(x, spec)
+  for leaf, s in ((x.data, specs.data), (x.scales, specs.scales)):
+    if leaf is None:
+      continue
+    for length, e in zip(leaf.shape, tuple(s) + (None,) * leaf.ndim):
+      if e is not None and length % n:
+        return False
+  return True
+
+
+# (format, logical shape, spec, quantize kwargs, devices, message, JAX alone would accept
+# the leaves' split: every split leaf axis divisible, the silent cases).
+BAD_SHARDINGS = [
+    # mxfp4 k = 48 over 2: 3 words (24 codes) and one scale each, but block 0 is elements
+    # 0..31: device 1 would take block 1's scale for elements 24..31
+    ("mxfp4", (8, 48), (None, "tp"), {}, 2, r"24 elements, not a multiple of the scale "
+     r"block \(32,\)", True),
+    # e4m3 k = 8 over 4: 2 elements a shard, half a word each; one word for two devices
+    ("e4m3", (8, 8), (None, "tp"), {}, 4, r"2 elements, not a multiple of the 4 e4m3 codes "
+     r"per uint32 word", False),
+    # e4m3 k = 6 over 2: 3 elements each, in 2 words (the second padded): one word each,
+    # device 1's holding elements 4, 5 instead of 3, 4, 5
+    ("e4m3", (8, 6), (None, "tp"), {}, 2, r"3 elements, not a multiple of the 4 e4m3 codes",
+     True),
+    ("mxfp4", (8, 128), (None, "tp"), {}, 8, r"16 elements, not a multiple of the scale "
+     r"block \(32,\)", False),
+    ("nvfp4", (8, 38), (None, "tp"), {}, 4, r"length 38 is not a multiple of 4", False),
+    ("nvfp4", (8, 48), (None, "tp"), {}, 4, r"12 elements, not a multiple of the 8 e2m1 "
+     r"codes per uint32 word", False),
+    # 16x16 tiles: 56 rows over 4 devices, 14 rows each, and 4 tile rows, one each: device
+    # 1 (rows 14..27) would take tile row 1 (rows 16..31)
+    ("nvfp4", (56, 64), ("tp", None), {"block_shape": (16, 16)}, 4,
+     r"axis 0 .* 14 elements, not a multiple of the scale tile \(16, 16\) \(16 along", True),
+    ("nvfp4", (32, 64), ("tp", None), {"block_shape": (16, 16)}, 4,
+     r"axis 0 .* 8 elements, not a multiple of the scale tile \(16, 16\)", False),
+    ("e4m3_block", (8, 256), (None, "tp"), {}, 4, r"64 elements, not a multiple of the scale "
+     r"block \(128,\)", False),
+    ("e4m3", (8, 32), (None, "tp"), {"hadamard": 16}, 4, r"8 elements, not a multiple of the "
+     r"Hadamard block 16", True),
+    ("bf16", (8, 4), (None, "tp"), {}, 4, r"1 elements, not a multiple of the 2 bf16 codes",
+     False),
+]
+
+
+@pytest.mark.parametrize("fmt,shape,spec,kw,n,message,silent", BAD_SHARDINGS)
+def test_bad_sharding_is_a_value_error_with_the_numbers(fmt, shape, spec, kw, n, message,
+                                                        silent):
   from jax.sharding import PartitionSpec as P
   import fp8lab
-  mesh = _abstract_mesh(8 if fmt == "mxfp4" else N_DEV)
+  mesh = _abstract_mesh(n)
   x = _q(fmt, shape, **kw)
   with pytest.raises(ValueError, match=message):
     fp8lab.check_sharding(x, mesh, P(*spec))
   with pytest.raises(ValueError, match=message):
     fp8lab.shard_quantized(x, mesh, P(*spec))
+  # the cases JAX's own split of the leaves would take without a word
+  assert _leaf_counts_divide(x, P(*spec), n) == silent
 
 
 def test_good_sharding_specs_of_the_leaves():
