@@ -37,8 +37,8 @@ Errors: check_sharding / shard_quantized raise ValueError with the numbers for a
 would cut a packed word, a scale block or tile, or a Hadamard block (on an AbstractMesh,
 in this process: no devices needed).
 
-The TP decode benchmark (benchmarks/bench_decode_tp.py) has its smoke run here too, in
-its own subprocess with 2 host devices (its absl flags).
+The TP decode benchmark (benchmarks/bench_decode_tp.py): its run_path in the worker on 2
+of the 4 devices (default), its script with its absl flags in a 2-device subprocess (slow).
 """
 
 from __future__ import annotations
