@@ -29,3 +29,5 @@ __all__ = [
 __all__ += ["attention", "kv_cache_update"]
 __all__ += ["quantized_matmul", "RECIPES", "Recipe", "OperandRecipe", "get_recipe", "init_state",
             "MatmulState", "nn"]
+from fp8lab.sharding import *  # noqa: E402,F401,F403  (docs/sharding.md)
+__all__ += sharding.__all__  # noqa: F405
