@@ -299,11 +299,6 @@ def _operand_mode(plan: KVPlan, config: AttentionConfig, planes: bool) -> str:
   return "f32"
 
 
-def _pow2_bits(e):
-  """2^e (float32) for int32 e in [-126, 127], from its exponent field (exact)."""
-  return lax.bitcast_convert_type(((e + 127) << 23).astype(jnp.uint32), jnp.float32)
-
-
 def _f16_shift(a):
   """For row maxima a >= 0 (float32): s with a * 2^s in [2^14, 2^15) (a normal > 0), clipped
   to [-113, 126] (0 and subnormal maxima: s = 14 and 126 respectively; NaN / Inf: -113)."""
@@ -318,9 +313,9 @@ def _f16_p_parts(t):
   after the scaling (smaller ones, under 2^-28 of the row's largest, keep 2^-24
   absolutely)."""
   sh = _f16_shift(jnp.max(t, axis=1))
-  ts = t * _pow2_bits(sh)[:, None]
+  ts = t * _exp2_exact(sh)[:, None]
   hi, lo = _f16_parts(ts)
-  return [lo, hi], _pow2_bits(-sh)
+  return [lo, hi], _exp2_exact(-sh)
 
 
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, rows: int,
@@ -366,7 +361,6 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   k_fac = jnp.float32(k_sm) if k_scalar is None else k_scalar * jnp.float32(k_sm)
   if qs_ref is not None:
     k_fac = qs_ref[prog * rows + r] * k_fac                              # (rows,)
-  k_operand = {"f16": "f16", "bf16": "bf16", "f32": "f32"}[k_mode]
 
   def dot32(a, bb):
     return jnp.dot(a, bb, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
@@ -384,7 +378,7 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
                                  paged=paged, table_ref=table_ref, pages=pages,
                                  page_size=page_size, pool_pages=pool_pages)
     if k_planes:
-      kb, k_pos = _load_kv_planes(kplan, k_refs, rows_off, valid, block_s, k_operand,
+      kb, k_pos = _load_kv_planes(kplan, k_refs, rows_off, valid, block_s, k_mode,
                                   k_order, interpret)
       s = None
       for j in range(kpw):             # scores = sum_j q_j K_j^T
