@@ -106,16 +106,21 @@ def _next_pow2(n: int) -> int:
 
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
                      interpret: bool = False) -> AttentionConfig:
-  """The default launch (f16 dots, planes layout, decode "auto"): block_s 128 (32 for
-  D = 256: the K / V tiles live in registers), 4 warps, 2 stages (the fastest on the H200
-  for every KV format at B = 8, KV 32K: benchmarks/results/attention_configs_h200_*), and
-  enough KV splits that B * Hkv * n_splits fills two waves of the device's SMs, no more
-  than the cache has blocks (a power of two)."""
-  block_s = 128 if dim <= 128 else 32
+  """The default launch (f16 dots, planes layout, decode "auto"). D <= 128: one-warp
+  programs of block_s 32, 2 stages, and enough KV splits that B * Hkv * n_splits fills eight
+  waves of the device's SMs (small programs, many in flight: the fastest variant for e4m3
+  and nvfp4 at B = 8 / 1, KV 32K / 128K on the H200, benchmarks/results/
+  attention_configs_h200_20261202_1125.json); D = 256: block_s 32 with 4 warps over two
+  waves (its K / V tiles live in registers). n_splits is a power of two, no more than the
+  cache has blocks."""
+  small = dim <= 128
+  block_s = 32
+  waves = 8 if small else 2
   blocks = -(-capacity // block_s)
-  want = -(-2 * device.sm_count(interpret) // max(1, batch * kv_heads))
+  want = -(-waves * device.sm_count(interpret) // max(1, batch * kv_heads))
   n_splits = min(_next_pow2(want), _next_pow2(blocks))
-  return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits))
+  return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits),
+                         num_warps=1 if small else 4, num_stages=2)
 
 
 def _trunc_bf16(x):
