@@ -118,11 +118,12 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   (exact products, float32 sums), softmax with a running max, P V in float32. K / V
   positions within the length but masked by causality are real cache data: a NaN there
   still reaches the output through 0 * NaN in P V, in both paths, as in any float32
-  attention. The decode kernel's dots take exact bfloat16 parts on the tensor cores by
-  default (float32 accumulation; IEEE float32 dots for operands not exact in bfloat16);
-  FP8LAB_ATTENTION_DOTS=f32 (read at each call) takes IEEE float32 dots throughout,
-  FP8LAB_ATTENTION_LAYOUT=elements the per-lane K / V gather (docs/attention_kernel.md;
-  not yet verified compiled).
+  attention. The decode kernel's dots are float16 by default (K / V planes exact in
+  float16, q and P as per-row power-of-two-scaled float16 hi + lo parts, float32
+  accumulation; formats the f16 dots do not take, MX and plain bfloat16, use exact bfloat16
+  parts, "bf16x3"); FP8LAB_ATTENTION_DOTS=bf16x3 / f32 (read at each call) takes those
+  instead (f32: IEEE float32 dots throughout), FP8LAB_ATTENTION_LAYOUT=elements the per-lane
+  K / V gather (docs/attention_kernel.md).
 
   Works under jax.jit, jax.vmap (kernel: a vmapped q / q_positions folds into the query
   tokens, one launch; anything else vmapped runs one launch per example) and jax.grad with
