@@ -9,7 +9,7 @@ Three parts (--parts), one JSON (--out):
          and backward at M tokens, and its quantize calls alone (x, w and the gradient, both
          orientations, the delayed update), timed by benchmarks/timing.py (R distinct copies
          per compiled call); plus, for the FP8 recipes, the fp8 GEMMs counted in the compiled
-         HLO (`fp8_gemm_counts`: cuBLASLt's __cublas$lt$matmul$f8 on a GPU; a CPU has none).
+         HLO (`fp8_gemm_counts`: cuBLASLt FP8 calls and Triton GEMM fusions over fp8 operands on a GPU; a CPU has none).
   train  a small model trained from scratch on the Python standard library's own source files
          (read from this interpreter's stdlib directory; byte-level tokens, vocabulary 256),
          the same batches for every recipe; per-step losses, held-out losses, and a PNG of the

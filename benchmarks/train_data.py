@@ -14,12 +14,40 @@ import numpy as np
 __all__ = ["fp8_gemm_counts", "stdlib_corpus"]
 
 
+_DEF = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(\(?[\w]+)\[")
+_DOT = re.compile(r"\bdot\(%([\w.\-]+),\s*%([\w.\-]+)\)")
+_F8 = re.compile(r"^f8e(4m3fn|5m2)$")
+
+
+def _fp8_dots(hlo_text: str) -> int:
+  """Dots whose two operands are fp8 (f8e4m3fn / f8e5m2) in their computation: XLA's GPU
+  backend may emit an fp8 dot as its own Triton GEMM fusion (`gemm_fusion_dot`, small M)
+  instead of a cuBLASLt call; the dot inside still takes the fp8 operands. Names are looked
+  up in the computation that holds the dot (a computation starts at a line ending in "{")."""
+  n, types = 0, {}
+  for line in hlo_text.splitlines():
+    if line.rstrip().endswith("{"):
+      types = {}
+    m = _DEF.match(line)
+    if m:
+      types[m.group(1)] = m.group(2)
+    d = _DOT.search(line)
+    if d and all(_F8.match(types.get(a, "")) for a in d.groups()):
+      n += 1
+  return n
+
+
 def fp8_gemm_counts(hlo_text: str) -> dict[str, int]:
   """FP8 GEMMs in compiled HLO text: cuBLASLt FP8 custom calls (what XLA's GPU backend makes
-  of an fp8 dot), all cuBLAS GEMM calls, plain dots, and instructions that mention an fp8
-  type (on a CPU the codes are converted to float32 before a plain dot)."""
+  of an fp8 dot at large M), dots over two fp8 operands (its Triton GEMM fusions, at small M;
+  a CPU has none: it converts the codes to float32 first), "fp8_gemms" their sum, all cuBLAS
+  GEMM calls, plain dots, and instructions that mention an fp8 type."""
+  cublas_f8 = len(re.findall(r'custom_call_target="__cublas\$lt\$matmul\$f8"', hlo_text))
+  fp8_dots = _fp8_dots(hlo_text)
   return {
-      "cublas_f8": len(re.findall(r'custom_call_target="__cublas\$lt\$matmul\$f8"', hlo_text)),
+      "cublas_f8": cublas_f8,
+      "fp8_dots": fp8_dots,
+      "fp8_gemms": cublas_f8 + fp8_dots,
       "cublas_gemm": len(re.findall(r'custom_call_target="__cublas\$(lt\$matmul|gemm)', hlo_text)),
       "dot": len(re.findall(r"\bdot\(", hlo_text)),
       "f8_instructions": len(re.findall(r"= f8e(4m3fn|5m2)\[", hlo_text)),
