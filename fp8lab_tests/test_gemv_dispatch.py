@@ -411,18 +411,23 @@ def test_named_dispatch_plan_is_issue_20s_grid():
       batches=(1, 4, 16, 64))
 
 
-def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
-  """--plan=dispatch on a CPU keeps its ops and the --formats, at the smoke sizes; its JSON
-  is a smoke run, which the tuning script refuses."""
+def _bench_gemv_on_cpu(tmp_path, plan: str, batches: str) -> dict:
+  """bench_gemv.py --plan=plan on a CPU at nvfp4 64x128 (a subprocess): its JSON."""
   out = tmp_path / "gemv.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
   proc = subprocess.run(
-      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), "--plan=dispatch",
-       "--formats=nvfp4", "--sizes=64x128", "--batches=2", f"--out={out}"],
+      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), f"--plan={plan}",
+       "--formats=nvfp4", "--sizes=64x128", f"--batches={batches}", f"--out={out}"],
       env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-  doc = json.loads(out.read_text())
+  return json.loads(out.read_text())
+
+
+def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
+  """--plan=dispatch on a CPU keeps its ops and the --formats, at the smoke sizes; its JSON
+  is a smoke run, which the tuning script refuses."""
+  doc = _bench_gemv_on_cpu(tmp_path, "dispatch", "2")
   assert doc["settings"]["grids"] == [{"ops": ["pallas", "xla_packed", "xla_parts", "xla_e4m3"],
                                        "formats": ["nvfp4"], "sizes": ["64x128"],
                                        "batches": [2]}]
@@ -449,15 +454,7 @@ def test_named_llama_plan_is_the_decode_steps_grid():
 
 
 def test_llama_plan_on_a_cpu_times_xla_packed_at_batch_1_only(tmp_path):
-  out = tmp_path / "gemv.json"
-  env = dict(os.environ, JAX_PLATFORMS="cpu",
-             PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
-  proc = subprocess.run(
-      [sys.executable, os.path.join(_REPO, "benchmarks", "bench_gemv.py"), "--plan=llama",
-       "--formats=nvfp4", "--sizes=64x128", "--batches=1,2", f"--out={out}"],
-      env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-  doc = json.loads(out.read_text())
+  doc = _bench_gemv_on_cpu(tmp_path, "llama", "1,2")
   assert {(r["op"], r["batch"], r["status"]) for r in doc["rows"]} == {
       (op, b, "ok") for op in ("xla_e4m3", "xla_bf16", "pallas", "xla_parts") for b in (1, 2)
   } | {("xla_packed", 1, "ok")}
