@@ -1,6 +1,6 @@
 """Tests of the op scaffolding (fp8lab/ops/_op.py) and of gemv_packed's "xla" implementation.
 
-The "xla" path must build the weights dequantize gives, bit for bit (its _xla_weight; XLA
+The "xla" path must build the weights dequantize gives, bit for bit (its xla_values; XLA
 may flush a float32 subnormal product to a zero of its sign), and
 with x = the identity each output is one product 1 * w plus exact zeros, so
 gemv_packed(w, I) is dequantize(w).T exactly where w is a normal float32 or zero (XLA:CPU's
@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 import fp8lab
 from fp8lab.formats import LAYOUTS
 from fp8lab.ops import _op
-from fp8lab.ops.gemv import PARTS_FORMATS, _bf16_parts, _bf16_weight, _xla_weight
+from fp8lab.ops._xla import xla_values
+from fp8lab.ops.gemv import PARTS_FORMATS, _bf16_parts, _bf16_weight
 from fp8lab.quantized import QuantizedArray
 from fp8lab.testing import quantized as fqt
 
@@ -75,7 +76,7 @@ def test_xla_path_multiplies_the_dequantized_weights(layout):
                          element_format=q.element_format, shape=q.shape, axis=q.axis,
                          block_shape=q.block_shape, scale_mode=q.scale_mode, hadamard=None)
     wd = np.asarray(fp8lab.dequantize(q))                          # (n_out, k)
-    wx = np.asarray(jax.jit(_xla_weight)(q)).view(np.uint32)
+    wx = np.asarray(jax.jit(xla_values)(q)).view(np.uint32)
     want = wd.view(np.uint32)
     sub = _subnormal(wd) | _subnormal(_block_factor(q))
     flushed = sub & (wx == want & np.uint32(0x80000000))
@@ -91,6 +92,43 @@ def test_xla_path_multiplies_the_dequantized_weights(layout):
     np.testing.assert_array_equal(_bits_or_zero(y[good]), _bits_or_zero(wd[good]))
 
   check()
+
+
+@pytest.mark.parametrize("fmt,block", [("e4m3_block", (64,)), ("e5m2", None), ("mxfp8", None),
+                                       ("nvfp4", None), ("mxfp4", None), ("bf16", None)])
+def test_xla_values_of_a_kv_cache_are_its_rows_decoded(fmt, block):
+  """A 4D array (B, S, H, D) quantized along D (a KV cache): xla_values is, bit for bit, the
+  decode of the same words viewed as one 2D array of rows (the layouts tested above), and
+  dequantize's values wherever no subnormal is flushed."""
+  @settings(max_examples=15)
+  @given(q=fqt.quantized_arrays(fmt, (2, 3, 2, 64), 3, block_shape=block))
+  def check(q):
+    if q.tensor_scale is not None:     # a normal tensor scale (see the test above), so that
+      ts = np.asarray(q.tensor_scale, np.float32).view(np.uint32)   # products stay normal
+      q = QuantizedArray(q.data, q.scales, (ts | np.uint32(0x3F000000)).view(np.float32),
+                         format=q.format, element_format=q.element_format, shape=q.shape,
+                         axis=q.axis, block_shape=q.block_shape, scale_mode=q.scale_mode,
+                         hadamard=None)
+    rows = QuantizedArray(q.data.reshape(12, -1),
+                          None if q.scales is None else q.scales.reshape(12, -1),
+                          q.tensor_scale, format=q.format, element_format=q.element_format,
+                          shape=(12, 64), axis=1, block_shape=q.block_shape,
+                          scale_mode=q.scale_mode, hadamard=None)
+    got = np.asarray(jax.jit(xla_values)(q)).view(np.uint32)
+    np.testing.assert_array_equal(got.reshape(12, 64),
+                                  np.asarray(jax.jit(xla_values)(rows)).view(np.uint32))
+    want = np.asarray(fp8lab.dequantize(q))
+    ok = ~(_subnormal(want) | _subnormal(_block_factor(rows).reshape(want.shape))
+           | np.isnan(want))
+    np.testing.assert_array_equal(got[ok], want.view(np.uint32)[ok])
+  check()
+  # and a cache quantize made from normal data: every value normal, all equal
+  x = jax.random.normal(jax.random.key(3), (2, 3, 2, 64), jnp.float32)
+  q = fp8lab.quantize(x, fmt, block_shape=block)
+  np.testing.assert_array_equal(np.asarray(jax.jit(xla_values)(q)).view(np.uint32),
+                                np.asarray(fp8lab.dequantize(q)).view(np.uint32))
+  with pytest.raises(ValueError, match="quantized along its last axis"):
+    xla_values(fp8lab.quantize(jnp.ones((4, 64)), "e4m3", axis=0))
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "mxfp4", "nvfp4"])

@@ -23,6 +23,7 @@ from fp8lab.kernels.gemv import dispatch as gemv_dispatch
 from fp8lab.numerics.codec import as_float_input
 from fp8lab.numerics.hadamard import hadamard
 from fp8lab.ops import _op
+from fp8lab.ops._xla import per_element, xla_values
 from fp8lab.quantized import QuantizedArray
 
 __all__ = ["gemv_packed"]
@@ -176,54 +177,6 @@ def _reference(w, x: jax.Array) -> jax.Array:
   return y.astype(x.dtype)
 
 
-def _per_element(w, per_block: jax.Array) -> jax.Array:
-  """A per-block array of w's block scales (1D or 2D blocks) repeated over w's elements."""
-  n_out, k = w.shape
-  rows, cols = (w.block_shape if len(w.block_shape) == 2 else (1, w.block_shape[0]))
-  return jnp.repeat(jnp.repeat(per_block, rows, axis=0), cols, axis=1)[:n_out, :k]
-
-
-def _xla_weight(w) -> jax.Array:
-  """w's values (n_out, k) as float32 from its packed words, the way a user writes it in jnp:
-  the words bitcast to XLA's own element dtype (the same bytes, docs/numerics.md section 9), upcast,
-  times the block or tensor scale: the float32 products dequantize makes (IEEE multiplies),
-  except that XLA flushes float32 subnormals to zero (on the CPU and GPUs): a subnormal
-  product gives a zero there. Subnormal factors (E8M0 code 0 = 2^-127, blockwise scales
-  below 2^-126) go in as two normal factors, so that XLA does not flush them."""
-  qf = get_quantized_format(w.format)
-  n_out, k = w.shape
-  elems = lax.bitcast_convert_type(w.data, qf.element.dtype)         # (n_out, kw, per_word)
-  values = elems.reshape(n_out, -1)[:, :k].astype(jnp.float32)
-  if qf.scaling == "tensor":
-    return values * w.tensor_scale
-  if not qf.block_scaled:
-    return values
-  per_element = functools.partial(_per_element, w)
-
-  if qf.scaling == "block":                                 # float32 block scales
-    # A subnormal scale b * 2^-149 (1 / FLT_MAX, pow2's 2^-127), which XLA would flush (an
-    # Inf code times 0 is NaN), goes in as two normal factors: float(b) 2^-125 and 2^-24.
-    bits = lax.bitcast_convert_type(w.scales, jnp.uint32)
-    sub = (bits >> 23) == 0
-    hi = jnp.where(sub, bits.astype(jnp.float32) * jnp.float32(2.0**-125), w.scales)
-    return values * per_element(hi) * per_element(jnp.where(sub, jnp.float32(2.0**-24), 1.0))
-  if qf.scaling == "nvfp4":
-    scales = lax.bitcast_convert_type(w.scales, qf.scale_format.dtype).astype(jnp.float32)
-    return values * per_element(scales * w.tensor_scale)    # fl(s_e4m3 * S_dec) per block
-  # MX: 2^(c - 127) as two normal float32 factors 2^h * 2^(e - h), h = floor(e / 2): the
-  # E8M0 code 0 alone (2^-127) is a float32 subnormal, which XLA flushes to 0 (and an Inf
-  # element times 0 would be NaN). Code 0xFF (NaN) makes its block NaN.
-  e = w.scales.astype(jnp.int32) - qf.scale_format.bias
-  h = e >> 1
-
-  def pow2(n):
-    return lax.bitcast_convert_type((n + 127).astype(jnp.uint32) << 23, jnp.float32)
-
-  nan = w.scales == jnp.uint8(qf.scale_format.nan_code)
-  first = jnp.where(nan, jnp.float32(jnp.nan), pow2(h))
-  return values * per_element(first) * per_element(pow2(e - h))
-
-
 # Formats whose values (without a per-tensor factor) are bfloat16 numbers: the "xla_parts"
 # path's weights. e4m3 / e5m2 codes have <= 4 significant bits, e2m1 2, an E8M0 scale is a
 # power of two and an E4M3 block scale <= 4 bits (e2m1 x E4M3: <= 6), bf16 is bf16.
@@ -237,12 +190,12 @@ def _bf16_weight(w):
   n_out, k = w.shape
   if qf.scaling == "mx":
     # exact float32 products (the xla path's), each a bfloat16 number: the cast is exact
-    return _xla_weight(w).astype(jnp.bfloat16), None
+    return xla_values(w).astype(jnp.bfloat16), None
   elems = lax.bitcast_convert_type(w.data, qf.element.dtype)
   values = elems.reshape(n_out, -1)[:, :k]
   if qf.scaling == "nvfp4":
-    s = _per_element(w, lax.bitcast_convert_type(w.scales, qf.scale_format.dtype)
-                     .astype(jnp.float32))
+    s = per_element(w, lax.bitcast_convert_type(w.scales, qf.scale_format.dtype)
+                    .astype(jnp.float32))
     return (values.astype(jnp.float32) * s).astype(jnp.bfloat16), w.tensor_scale
   return values.astype(jnp.bfloat16), w.tensor_scale if qf.scaling == "tensor" else None
 
@@ -276,9 +229,9 @@ def _xla_parts(w, x: jax.Array) -> jax.Array:
 
 
 def _xla(w, x: jax.Array) -> jax.Array:
-  """The "xla" path: x (rotated like w) @ _xla_weight(w).T in float32 at HIGHEST precision."""
+  """The "xla" path: x (rotated like w) @ xla_values(w).T in float32 at HIGHEST precision."""
   xr = _rotate_x(w, x).astype(jnp.float32)
-  y = jnp.dot(xr, _xla_weight(w).T, precision=lax.Precision.HIGHEST,
+  y = jnp.dot(xr, xla_values(w).T, precision=lax.Precision.HIGHEST,
               preferred_element_type=jnp.float32)
   return y.astype(x.dtype)
 
