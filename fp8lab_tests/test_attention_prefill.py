@@ -15,7 +15,7 @@ products: one more rounding per score and per P V product), the golden values ro
 bfloat16 otherwise. The products of bfloat16 operands are exact and accumulate in float32 on
 the tensor cores, so ref64's tensor-core bound (doubled accumulation terms, (D + 3) u per
 score) holds, plus P rounded to bfloat16 before the P V dot while l sums the float32 p: a
-relative 2^-9 per term, |sum_j (p~_j - p_j) v_j| / l <= 2^-9 max_j |v_j| over the positions
+relative 2^-8 per term, |sum_j (p~_j - p_j) v_j| / l <= 2^-8 max_j |v_j| over the positions
 the row sees.
 """
 
@@ -48,7 +48,7 @@ _ALL = KV_FORMATS + (None,)
 # Every KV operand once as K and once as V, two at a time, GQA ratios cycled over 1, 4, 8.
 _PAIRS = [(_ALL[i], _ALL[(i + 1) % len(_ALL)], (1, 4, 8)[i // 2 % 3])
           for i in range(0, len(_ALL), 2)]
-_P_BF16 = 2.0**-9      # relative rounding of P to bfloat16
+_P_BF16 = 2.0**-8      # relative rounding of P to bfloat16 (8 significant bits: u = 2^-8)
 
 
 def _bf16(x: np.ndarray) -> np.ndarray:
@@ -61,15 +61,16 @@ def _fed(x, dim: int) -> np.ndarray:
   return vals if AK.split_serves(AK.kv_plan(x, dim)) else _bf16(vals)
 
 
-def ref_prefill(q, k, v, lengths, q_positions=None, compute="bf16", sm_scale=None):
-  """(o, lse, o_tol, lse_tol) of the float64 reference with the bound of `compute`."""
+def ref_prefill(q, k, v, lengths, q_positions=None, compute="bf16", sm_scale=None, fed=_fed):
+  """(o, lse, o_tol, lse_tol) of the float64 reference with the bound of `compute`; `fed`
+  gives K / V as the bf16 dots take them (float64)."""
   lengths = np.asarray(lengths)
   qpos = None if q_positions is None else np.asarray(q_positions)
   if compute == "f32":
     return ref64(q, _values64(k), _values64(v), lengths, sm_scale, qpos)
   dim = q.shape[-1]
   qb = jnp.asarray(_bf16(np.asarray(q.astype(jnp.float32))), jnp.float32)
-  kd, vd = _fed(k, dim), _fed(v, dim)
+  kd, vd = fed(k, dim), fed(v, dim)
   o, lse, o_tol, lse_tol = ref64(qb, kd, vd, lengths, sm_scale, qpos, tensor_cores=True)
   # max |v| over the positions each row sees: a running max along S, read at n - 1
   bsz, tq, hq, _ = q.shape
