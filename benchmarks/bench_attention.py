@@ -31,10 +31,13 @@ instead, in the same run:
                   jax._src.cudnn.fused_attention_stablehlo, use_fp8, unit scales);
   jax_pallas_mha  JAX's Pallas Triton flash attention (jax.experimental.pallas.ops.gpu.
                   attention.mha; K / V repeated to Hq heads beforehand for GQA, untimed);
-  jax_mgpu        JAX's Mosaic GPU flash attention (attention_mgpu.attention; GPU only);
+  jax_mgpu        JAX's Mosaic GPU flash attention (attention_mgpu.attention; GPU only;
+                  float16 q / k / v, cast beforehand: its kernel writes float16);
   xla_bf16        jax.nn.dot_product_attention(..., implementation="xla");
   pf_<case>       fp8lab.attention(..., implementation="pallas", compute=...) over the KV
-                  format of PREFILL_CASES (the prefill kernel; *_fp8: compute="fp8").
+                  format of PREFILL_CASES (the prefill kernel; *_fp8: compute="fp8");
+  cu_<case>       fp8lab.attention(..., implementation="cudnn"): the packed K / V decoded to
+                  bfloat16 by XLA inside the timed call, then cuDNN (GPU only).
 Prefill rows carry flops (4 B Hq D times the (query, key) pairs attended: S^2, or S (S + 1)
 / 2 causal), TFLOPs, flop_floor_us (those flops at the matmul row's rate) and
 pct_flop_floor.
@@ -113,9 +116,10 @@ SIZES = {
     "prefill_h8_s8k": Size(1, 8192, 8, 8, 128, q_len=8192),
     "prefill_h8_s8k_causal": Size(1, 8192, 8, 8, 128, q_len=8192, causal=True),
     "gqa_h32_s8k": Size(1, 8192, 32, 8, 128, q_len=8192, causal=True,
-                        cases=("pf_e4m3_block", "pf_nvfp4", "pf_bf16", "pf_e4m3_block_fp8")),
+                        cases=("cu_e4m3_block", "cu_nvfp4", "cu_bf16", "pf_e4m3_block",
+                               "pf_bf16", "pf_e4m3_block_fp8")),
     "feather_h1_s8k_d256": Size(1, 8192, 1, 1, 256, q_len=8192,
-                                cases=("pf_e5m2", "pf_e4m3_block", "pf_bf16")),
+                                cases=("cu_e5m2", "cu_e4m3_block", "pf_e5m2", "pf_bf16")),
     "prefill_smoke": Size(1, 256, 4, 2, 64, q_len=256, causal=True),
 }
 GPU_SIZES = ("b8_s32k", "b8_s128k", "b8_s8k", "b1_s128k")
@@ -131,6 +135,7 @@ class Case:
   paged: bool = False
   dots: str = "f32"
   compute: str | None = None
+  implementation: str = "pallas"
 
   def quantize(self, x):
     if self.fmt is None:
@@ -176,6 +181,14 @@ PREFILL_CASES: dict[str, Case] = {
     "pf_e4m3_block_fp8": Case("e4m3_block", compute="fp8"),
     "pf_e4m3_fp8": Case("e4m3", compute="fp8"),
     "pf_e4m3_block_f32": Case("e4m3_block", compute="f32"),
+    # implementation="cudnn": K / V decoded to bfloat16 by XLA, then cuDNN's flash attention
+    # (GPU only; the op's default for prefill on a GPU)
+    "cu_e4m3_block": Case("e4m3_block", implementation="cudnn"),
+    "cu_e4m3": Case("e4m3", implementation="cudnn"),
+    "cu_nvfp4": Case("nvfp4", implementation="cudnn"),
+    "cu_mxfp4": Case("mxfp4", implementation="cudnn"),
+    "cu_e5m2": Case("e5m2", implementation="cudnn"),
+    "cu_bf16": Case(None, implementation="cudnn"),
 }
 PREFILL_DEFAULT = tuple(c for c in PREFILL_CASES if not c.endswith("_f32"))
 PREFILL_BASELINES = ("matmul_bf16", "cudnn_bf16", "cudnn_fp8", "jax_pallas_mha", "jax_mgpu",
@@ -267,6 +280,8 @@ def prefill_baseline_args(name: str, size: Size, base: list, seed: int) -> list:
   if name == "cudnn_fp8":
     f8 = jnp.float8_e4m3fn
     return [(q.astype(f8), k.astype(f8), v.astype(f8)) for q, k, v in base]
+  if name == "jax_mgpu":           # its kernel writes float16 (attention_mgpu.py): f16 inputs
+    return [tuple(x.astype(jnp.float16) for x in qkv) for qkv in base]
   if name == "jax_pallas_mha" and size.q_heads != size.kv_heads:
     g = size.q_heads // size.kv_heads
     return [(q, jnp.repeat(k, g, axis=2), jnp.repeat(v, g, axis=2)) for q, k, v in base]
@@ -281,7 +296,7 @@ def fp8lab_op(case: Case, interpret: bool, causal: bool = False) -> Callable[...
     os.environ[DOTS_ENV] = case.dots
     try:
       return fp8lab.attention(q, k, v, block_tables=table, causal=causal,
-                              compute=case.compute, implementation="pallas",
+                              compute=case.compute, implementation=case.implementation,
                               interpret=interpret)
     finally:
       if old is None:
@@ -386,7 +401,8 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
       if budget_s and time.perf_counter() - t_start > budget_s:
         doc["skipped"].append(f"{name} {what}")
         continue
-      if what in _GPU_ONLY and not gpu:
+      if not gpu and (what in _GPU_ONLY or (kind == "fp8lab" and size.prefill and
+                                             PREFILL_CASES[what].implementation == "cudnn")):
         doc["skipped"].append(f"{name} {what} (GPU only)")
         continue
       row: dict[str, Any] = {"size": name, "op": what, "kind": kind, "copies": copies}
@@ -409,7 +425,8 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
             table = jnp.asarray(perm.reshape(size.batch, -1))
             args = [(q, _paged(k, perm, PAGE_SIZE), _paged(v, perm, PAGE_SIZE), table)
                     for q, k, v in args]
-          op = fp8lab_op(case, interpret, causal=size.causal)
+          op = fp8lab_op(case, interpret and case.implementation == "pallas",
+                         causal=size.causal)
       except Exception as e:  # pylint: disable=broad-except
         row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])
         doc["rows"].append(row)

@@ -27,6 +27,7 @@ from fp8lab.kernels import attention as attn_kernel
 from fp8lab.numerics.codec import INPUT_DTYPES
 from fp8lab.numerics.hadamard import hadamard
 from fp8lab.ops import _op
+from fp8lab.ops._xla import xla_values
 from fp8lab.ops.quantize import quantize as _quantize
 from fp8lab.quantized import QuantizedArray
 
@@ -34,8 +35,10 @@ __all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV"
            "COMPUTES", "DECODE_ROWS"]
 
 HEAD_DIMS = (64, 128, 256)
-# attention has no "xla" implementation yet (the benchmark's XLA bf16 row is the baseline).
-_IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, "reference")
+# "xla" and "cudnn": K / V decoded to bfloat16 by XLA from the packed words (a memory-bound
+# pre-pass, _sdpa), then jax.nn.dot_product_attention's XLA or cuDNN flash attention.
+_SDPA_IMPLEMENTATIONS = ("xla", "cudnn")
+_IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, *_SDPA_IMPLEMENTATIONS, "reference")
 # KV kinds (KVPlan.kind of K and V) whose default on a GPU is the decode kernel: its compiled
 # tests pass on the H200, where it is faster than XLA's bf16 attention (over bf16 K / V, so
 # faster still than the reference, which dequantizes first) and JAX's Pallas gqa decode
@@ -162,6 +165,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     _check_range(kv_lengths, "kv_lengths", 0, capacity)
   if not isinstance(causal, bool):
     raise TypeError(f"attention: causal must be a bool, got {causal!r}")
+  masking = "causal" if causal and q_positions is None else "positions" if causal else "none"
   if causal:
     if q_positions is None:
       if tq != capacity:
@@ -187,7 +191,10 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
                      "and head (\"e4m3\", \"e4m3_block\" with block_shape (D,)); use "
                      "compute='bf16' for the other formats")
   decode = compute in (None, "f32") and tq * (hq // hkv) <= DECODE_ROWS
-  impl = _resolve(implementation, interpret, k, v, dim, decode)
+  impl = _resolve(implementation, interpret, k, v, dim, decode, compute)
+  if impl in _SDPA_IMPLEMENTATIONS and compute not in (None, "bf16"):
+    raise ValueError(f"attention: implementation {impl!r} computes in bfloat16 (compute None "
+                     f"or 'bf16'), got compute={compute!r}")
   dots = os.environ.get(DOTS_ENV, "") or "f16"
   if dots not in attn_kernel.DOTS:
     raise ValueError(f"attention: {DOTS_ENV} must be one of {attn_kernel.DOTS}, got {dots!r}")
@@ -195,7 +202,8 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   if layout not in attn_kernel.LAYOUTS:
     raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
                      f"{layout!r}")
-  mode = _kernel_mode(tq * (hq // hkv), compute, dots, layout)
+  mode = (f"sdpa:{masking}" if impl in _SDPA_IMPLEMENTATIONS
+          else _kernel_mode(tq * (hq // hkv), compute, dots, layout))
   o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
   return (o, lse) if return_lse else o
@@ -286,7 +294,8 @@ def _check_table_values(table, num_pages: int) -> None:
                      f"{num_pages}), got values in [{val.min()}, {val.max()}]")
 
 
-def _resolve(implementation, interpret: bool, k, v, dim: int, decode: bool) -> str:
+def _resolve(implementation, interpret: bool, k, v, dim: int, decode: bool,
+             compute: str | None) -> str:
   if implementation not in _IMPLEMENTATIONS:
     raise ValueError(f"attention: implementation must be one of {_IMPLEMENTATIONS}, got "
                      f"{implementation!r}")
@@ -294,8 +303,30 @@ def _resolve(implementation, interpret: bool, k, v, dim: int, decode: bool) -> s
     kinds = {attn_kernel.kv_plan(x, dim).kind for x in (k, v)}
     if _op.on_gpu() and decode and kinds <= _KERNEL_DEFAULT:
       return "pallas"
+    if _op.on_gpu() and not decode and compute in (None, "bf16") and _cudnn_serves(dim):
+      return "cudnn"
     return "reference"
+  if implementation in _SDPA_IMPLEMENTATIONS:
+    if not isinstance(interpret, bool):
+      raise TypeError(f"attention: interpret must be a bool, got {interpret!r}")
+    if interpret:
+      raise ValueError(f"attention: interpret=True runs the Pallas kernel; it cannot go with "
+                       f"implementation={implementation!r}")
+    if implementation == "cudnn" and not (_op.on_gpu() and _cudnn_serves(dim)):
+      raise ValueError(f"attention: implementation 'cudnn' needs an NVIDIA GPU (head "
+                       f"dimension D={dim} > 128 needs Hopper or later); 'xla' runs the same "
+                       f"pre-pass with XLA's attention anywhere")
+    return implementation
   return _op.resolve_implementation("attention", implementation, interpret)
+
+
+def _cudnn_serves(dim: int) -> bool:
+  """Whether cuDNN's flash attention takes head dimension `dim` on this GPU (<= 128 before
+  Hopper, <= 256 from sm_90; jax/_src/cudnn/fused_attention_stablehlo.py's checks)."""
+  if dim <= 128:
+    return True
+  cc = getattr(jax.devices()[0], "compute_capability", "0.0")
+  return float(cc) >= 9.0
 
 
 def _kernel_mode(rows: int, compute: str | None, dots: str, layout: str) -> str:
@@ -363,6 +394,84 @@ def _reference(sm_scale: float, page_size: int, q, k, v, kv_lengths, q_positions
   lse = jnp.where(has, m_safe[..., 0] + jnp.log(jnp.where(has, den, 1.0)), -jnp.inf)
   o = _unrotate_o(v, o.reshape(bsz, tq, hq, dim))
   return o.astype(q.dtype), lse.reshape(bsz, tq, hq)
+
+
+# ---------------------------------------------------------------------------- xla / cudnn
+
+def _bf16_cache(x, table, lengths) -> jax.Array:
+  """K or V as bfloat16 (B, capacity, Hkv, D) for a flash-attention library call: the packed
+  words decoded by XLA (_xla.xla_values: the golden float32 values, a subnormal product
+  flushed), gathered through the page table, zeroed at positions at or past the row's length
+  (nothing there reaches a product), rounded to bfloat16 (nearest even). One elementwise
+  fusion over the cache: its bytes in, two bytes per value out."""
+  vals = xla_values(x) if isinstance(x, QuantizedArray) else x.astype(jnp.float32)
+  if table is not None:           # (pool pages, page, Hkv, D) -> (B, pages * page, Hkv, D)
+    vals = vals[table].reshape((table.shape[0], -1) + vals.shape[2:])
+  pos = jnp.arange(vals.shape[1], dtype=jnp.int32)
+  valid = pos[None, :] < lengths[:, None]
+  return jnp.where(valid[:, :, None, None], vals, 0.0).astype(jnp.bfloat16)
+
+
+def _xla_attention(sm_scale: float, qb, kb, vb, lengths, q_positions):
+  """Attention over bfloat16 operands in plain jnp: bf16 x bf16 -> float32 dots, float32
+  softmax, P rounded to bfloat16 for the P V dot, float32 lse. (o (B, Tq, Hq, D), lse
+  (B, Tq, Hq)) float32; rows that see no key are left to the caller."""
+  bsz, tq, hq, dim = qb.shape
+  cap, hkv = kb.shape[1], kb.shape[2]
+  qg = qb.reshape(bsz, tq, hkv, hq // hkv, dim)
+  s = jnp.einsum("btkgd,bskd->btkgs", qg, kb,
+                 preferred_element_type=jnp.float32) * jnp.float32(sm_scale)
+  pos = jnp.arange(cap, dtype=jnp.int32)
+  keep = ((pos[None, None, :] < lengths[:, None, None])
+          & (pos[None, None, :] <= q_positions[:, :, None]))[:, :, None, None, :]
+  s = jnp.where(keep, s, -jnp.inf)
+  m = jnp.max(s, axis=-1, keepdims=True)
+  m_safe = jnp.where(m == -jnp.inf, 0.0, m)
+  p = jnp.where(keep, jnp.exp(s - m_safe), 0.0)
+  den = jnp.sum(p, axis=-1)
+  num = jnp.einsum("btkgs,bskd->btkgd", p.astype(jnp.bfloat16), vb,
+                   preferred_element_type=jnp.float32)
+  den_safe = jnp.where(den > 0, den, 1.0)
+  o = num / den_safe[..., None]
+  lse = m_safe[..., 0] + jnp.log(den_safe)
+  return o.reshape(bsz, tq, hq, dim), lse.reshape(bsz, tq, hq)
+
+
+def _sdpa(implementation: str, sm_scale: float, masking: str, q, k, v, kv_lengths,
+          q_positions, table):
+  """The "xla" / "cudnn" paths: _bf16_cache's pre-pass, then attention over bfloat16
+  q / K / V (float32 softmax and accumulation, P rounded to bfloat16 for the P V dot):
+  "xla" in plain jnp (_xla_attention), "cudnn" cuDNN's fused flash attention (called below
+  jax.nn.dot_product_attention, whose wrapper rounds the log-sum-exp to the output dtype).
+  cuDNN's masks: kv_lengths as its padding mask; masking "causal" (query i at position i)
+  as its causal mask; "positions" (q_positions given) as a boolean (B, 1, Tq, S) mask, which
+  cuDNN takes as an additive bias it reads for every head. A query that sees no key gets
+  o = 0 and lse = -inf (cuDNN leaves such rows undefined)."""
+  bsz, tq, hq, dim = q.shape
+  cap = table.shape[1] * k.shape[1] if table is not None else k.shape[1]
+  lengths = jnp.clip(kv_lengths, 0, cap)
+  kb, vb = _bf16_cache(k, table, lengths), _bf16_cache(v, table, lengths)
+  rotated = isinstance(k, QuantizedArray) and k.hadamard is not None
+  qb = (_rotate_q(k, q.astype(jnp.float32)) if rotated else q).astype(jnp.bfloat16)
+  if implementation == "cudnn":
+    mask = None
+    if masking == "positions":
+      mask = (jnp.arange(cap, dtype=jnp.int32)[None, None, None, :]
+              <= q_positions[:, None, :, None])
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
+    mask_type = (cudnn_fa.MaskType.PADDING_CAUSAL if masking == "causal"
+                 else cudnn_fa.MaskType.PADDING)
+    o, lse = cudnn_fa.dot_product_attention(
+        qb, kb, vb, None, mask, jnp.full((bsz,), tq, jnp.int32), lengths, scale=sm_scale,
+        mask_type=mask_type, qkv_layout="BTNH", return_residual=True)
+    lse = jnp.transpose(lse, (0, 2, 1))                  # cuDNN's (B, Hq, Tq) -> (B, Tq, Hq)
+  else:
+    o, lse = _xla_attention(sm_scale, qb, kb, vb, lengths, q_positions)
+  # the keys each query sees: min(length, q_position + 1) (INT32_MAX positions: the length)
+  seen = jnp.minimum(lengths[:, None], jnp.minimum(q_positions, cap - 1) + 1) > 0  # (B, Tq)
+  o = jnp.where(seen[:, :, None, None], o.astype(jnp.float32), 0.0)
+  lse = jnp.where(seen[:, :, None], lse.astype(jnp.float32), -jnp.inf)
+  return _unrotate_o(v, o).astype(q.dtype), lse
 
 
 # ---------------------------------------------------------------------------- kernel path
@@ -491,6 +600,9 @@ def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: i
              q, k, v, kv_lengths, q_positions, table):
   if implementation == "reference":
     return _reference(sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
+  if implementation in _SDPA_IMPLEMENTATIONS:
+    return _sdpa(implementation, sm_scale, mode.split(":")[1], q, k, v, kv_lengths,
+                 q_positions, table)
   return _pallas(interpret, sm_scale, page_size, mode, q, k, v, kv_lengths, q_positions, table)
 
 
