@@ -97,6 +97,32 @@ def test_head_dims_and_q_dtypes(impl, dim, fmt, dtype):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kfmt,vfmt,causal,paged", [(None, None, True, False),
+                                                    ("nvfp4", "e4m3", False, False),
+                                                    ("e4m3_block", "mxfp4", True, True)])
+def test_full_rows_without_kv_lengths(impl, kfmt, vfmt, causal, paged):
+  """kv_lengths=None (every row full: no padding mask, no zeroing pre-pass; plain bfloat16
+  K / V go to the library as they are): against the reference at full lengths, causal
+  self-attention or not, contiguous or paged."""
+  bsz, cap, hkv = SHAPE
+  k = _kv(kfmt, _normal(61, (bsz, cap, hkv, 64), 2.0))
+  v = _kv(vfmt, _normal(62, (bsz, cap, hkv, 64)))
+  if kfmt is None:
+    k, v = k.astype(jnp.bfloat16), v.astype(jnp.bfloat16)
+  q = _normal(63, (bsz, cap, hkv * 2, 64)).astype(jnp.bfloat16)
+  o, lse = fp8lab.attention(q, k, v, causal=causal, return_lse=True, implementation=impl)
+  lengths = np.full((bsz,), cap, np.int32)
+  qpos = np.broadcast_to(np.arange(cap), (bsz, cap)) if causal else None
+  want, want_lse, tol, lse_tol = ref_prefill(q, k, v, lengths, qpos, "bf16", fed=_all_bf16)
+  assert_close(o, want, tol + (_U_BF16 + _u_out(q.dtype)) * np.abs(want), "o")
+  assert_close(lse, want_lse, lse_tol, "lse")
+  if paged:
+    (kp, table), (vp, _) = _paged(k, 10, 0), _paged(v, 10, 0)
+    op = fp8lab.attention(q, kp, vp, block_tables=table, causal=causal, implementation=impl)
+    np.testing.assert_array_equal(np.asarray(op).view(np.uint16), np.asarray(o).view(np.uint16))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_rows_that_see_nothing(impl):
   """A row of length 0 and queries at negative positions get o = 0 and lse = -inf; the
   others are unaffected."""
@@ -112,6 +138,12 @@ def test_rows_that_see_nothing(impl):
   np.testing.assert_array_equal(np.asarray(o[1, :2]), 0.0)
   np.testing.assert_array_equal(np.asarray(lse[1, :2]), -np.inf)
   assert np.all(np.isfinite(np.asarray(lse[1, 2:])))
+  # without kv_lengths (full rows) the negative positions still see nothing
+  o, lse = fp8lab.attention(q, k, v, causal=True, q_positions=qpos, return_lse=True,
+                            implementation=impl)
+  np.testing.assert_array_equal(np.asarray(o[1, :2]), 0.0)
+  np.testing.assert_array_equal(np.asarray(lse[1, :2]), -np.inf)
+  assert np.all(np.isfinite(np.asarray(lse[0])))
 
 
 @pytest.mark.parametrize("impl", IMPLS)
@@ -172,28 +204,29 @@ def test_hadamard_jit_vmap_grad(impl):
   q, qpos = _queries(33, 4, "positions", lengths)
   run = functools.partial(fp8lab.attention, k=k, v=v, kv_lengths=jnp.asarray(lengths),
                           causal=True, q_positions=qpos, implementation=impl)
-  o = np.asarray(run(q), np.float64)
   hk, hv = k.hadamard, v.hadamard
-  q_rot = hadamard(q, hk.block, signs=hk.sign_arg(), axis=-1)
-  want, _, tol, _ = ref_prefill(q_rot, k, v, lengths, qpos, "bf16", fed=_all_bf16)
-  tol = tol + _U_BF16 * np.abs(want)                     # the library's bf16 output
   back = np.asarray(hadamard(jnp.eye(16, dtype=jnp.float32), 16, signs=hv.sign_arg(),
                              inverse=True), np.float64)  # x -> x @ back, per 16 lanes
   assert set(np.unique(np.abs(back))) == {0.25}
 
   def per16(x, m):
     return (x.reshape(x.shape[:-1] + (-1, 16)) @ m).reshape(x.shape)
-  want_o = per16(want, back)
-  # the rotated-domain bound through |back|, and the float32 rotation (4 stages, exact
-  # scaling by 1/4): 4 u per element of the 16-lane sums
-  tol_o = per16(tol, np.abs(back)) + 4 * 2.0**-24 * per16(np.abs(want), np.abs(back))
-  assert_close(o, want_o, tol_o, "rotated")
 
-  f = jax.jit(run)
+  def check(o, qq):
+    q_rot = hadamard(qq, hk.block, signs=hk.sign_arg(), axis=-1)
+    want, _, tol, _ = ref_prefill(q_rot, k, v, lengths, qpos, "bf16", fed=_all_bf16)
+    tol = tol + _U_BF16 * np.abs(want)                   # the library's bf16 output
+    # the rotated-domain bound through |back|, and the float32 rotation (4 stages, exact
+    # scaling by 1/4): 4 u per element of the 16-lane sums
+    tol_o = per16(tol, np.abs(back)) + 4 * 2.0**-24 * per16(np.abs(want), np.abs(back))
+    assert_close(o, per16(want, back), tol_o, "rotated")
+
+  check(run(q), q)
+  # jit, and vmap over q (folded into the query tokens: one call), each example in bound
   qs = jnp.stack([q, q * 0.5])
-  got = np.asarray(jax.vmap(f)(qs))
-  for i in range(2):
-    np.testing.assert_array_equal(got[i].view(np.uint32), np.asarray(f(qs[i])).view(np.uint32))
+  got = jax.vmap(jax.jit(run))(qs)
+  check(got[0], q)
+  check(got[1], q * 0.5)
 
   def loss(impl_, qq):
     return jnp.sum(fp8lab.attention(qq, k, v, kv_lengths=jnp.asarray(lengths), causal=True,

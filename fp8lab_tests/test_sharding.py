@@ -282,13 +282,26 @@ def _subprocess_env(n_devices: int) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-  """Every case of this run, computed once in the 4-device subprocess."""
-  out = tmp_path_factory.mktemp("sharding") / "results.npz"
-  proc = subprocess.run([sys.executable, "-m", "fp8lab_tests.test_sharding", str(out),
-                         *_cases_to_run()], cwd=_REPO, env=_subprocess_env(N_DEV),
-                        capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+def results(tmp_path_factory, worker_id):
+  """Every case of this run, computed once in the 4-device subprocess: once per pytest run,
+  not once per xdist worker (the workers share the base temp directory; the first to take
+  the lock computes, the others read its file)."""
+  import fcntl
+  import hashlib
+  cases = _cases_to_run()
+  base = (tmp_path_factory.getbasetemp() if worker_id == "master"
+          else tmp_path_factory.getbasetemp().parent)
+  key = hashlib.sha256(" ".join(cases).encode()).hexdigest()[:12]
+  out = base / f"sharding_results_{key}.npz"
+  with open(base / f"sharding_results_{key}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not out.exists():
+      tmp = out.with_suffix(".partial.npz")
+      proc = subprocess.run([sys.executable, "-m", "fp8lab_tests.test_sharding", str(tmp),
+                             *cases], cwd=_REPO, env=_subprocess_env(N_DEV),
+                            capture_output=True, text=True, timeout=900)
+      assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+      tmp.rename(out)
   with np.load(out) as f:
     return {k: f[k] for k in f.files}
 

@@ -1,13 +1,16 @@
 """attention: decode and prefill attention over a packed (FP8 / FP4) KV cache, and
 kv_cache_update.
 
-Two implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "reference" (plain
-jnp in float32 over K / V dequantized by the golden model) and "pallas": by shape and
+Four implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "reference" (plain
+jnp in float32 over K / V dequantized by the golden model); "pallas": by shape and
 `compute`, the split-K flash-decoding kernel (fp8lab/kernels/attention/kernel.py) for few
 query rows per KV head (Tq * group <= DECODE_ROWS) or the flash-attention prefill kernel
-(prefill.py) for more. `implementation=None` takes the decode kernel on a GPU for the KV kinds
-in `_KERNEL_DEFAULT` (verified compiled and measured faster than the other paths over the
-same bytes: docs/attention_kernel.md), the reference elsewhere (prefill included).
+(prefill.py) for more; "xla" and "cudnn": K / V decoded to bfloat16 by XLA from the packed
+words (one memory-bound pre-pass), then attention over bfloat16 operands in plain jnp or by
+cuDNN's fused flash attention. `implementation=None` on a GPU takes the decode kernel for
+decode-sized queries over the KV kinds in `_KERNEL_DEFAULT`, "cudnn" for prefill (compute
+None or "bf16"): each measured faster there than the other paths over the same bytes
+(docs/attention_kernel.md sections 4 and 5); the reference elsewhere.
 """
 
 from __future__ import annotations
@@ -111,7 +114,14 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       dots, q scaled per (token, head) by a power of two and rounded to e4m3, P times 2^8
       (and V's per-token factors over a power of two) rounded to e4m3, float32 softmax and
       accumulation). The reference path computes in float32 whatever compute says.
-    implementation: None, "pallas" or "reference" (see the module docstring).
+    implementation: None, "pallas", "xla", "cudnn" or "reference" (see the module
+      docstring). "xla" / "cudnn" compute as compute="bf16" does (q and every K / V value
+      rounded to bfloat16, bf16 x bf16 dots accumulated in float32, float32 softmax, P
+      rounded to bfloat16 for the P V dot; cuDNN's output is bfloat16 before the cast to
+      q's dtype), and take compute None or "bf16" only. "cudnn" needs an NVIDIA GPU (D = 256
+      from Hopper on); causal with q_positions becomes a (B, 1, Tq, S) mask there, which
+      cuDNN reads as a bias for every head (slower than causal=True without q_positions).
+      A NaN at a causally masked position within the length may not reach their output.
     interpret: run the Pallas kernel in interpret mode (CPU).
 
   Returns:
@@ -158,7 +168,8 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     if k.shape[0] != bsz:
       raise ValueError(f"attention: k / v batch {k.shape[0]} != q batch {bsz}")
     page_size = capacity = k.shape[1]
-  if kv_lengths is None:
+  full = kv_lengths is None       # every row holds the whole capacity: no padding mask
+  if full:
     kv_lengths = jnp.full((bsz,), capacity, jnp.int32)
   else:
     kv_lengths = _check_int(kv_lengths, "kv_lengths", (bsz,))
@@ -202,7 +213,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   if layout not in attn_kernel.LAYOUTS:
     raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
                      f"{layout!r}")
-  mode = (f"sdpa:{masking}" if impl in _SDPA_IMPLEMENTATIONS
+  mode = (f"sdpa:{masking}:{'full' if full else 'lengths'}" if impl in _SDPA_IMPLEMENTATIONS
           else _kernel_mode(tq * (hq // hkv), compute, dots, layout))
   o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
@@ -402,11 +413,16 @@ def _bf16_cache(x, table, lengths) -> jax.Array:
   """K or V as bfloat16 (B, capacity, Hkv, D) for a flash-attention library call: the packed
   words decoded by XLA (_xla.xla_values: the golden float32 values, a subnormal product
   flushed), gathered through the page table, zeroed at positions at or past the row's length
-  (nothing there reaches a product), rounded to bfloat16 (nearest even). One elementwise
-  fusion over the cache: its bytes in, two bytes per value out."""
+  (nothing there reaches a product; lengths None: every position is valid), rounded to
+  bfloat16 (nearest even). One elementwise fusion over the cache: its bytes in, two bytes
+  per value out (none for a contiguous bfloat16 cache of full rows: x itself)."""
+  if not isinstance(x, QuantizedArray) and x.dtype == jnp.bfloat16 and lengths is None:
+    return x if table is None else x[table].reshape((table.shape[0], -1) + x.shape[2:])
   vals = xla_values(x) if isinstance(x, QuantizedArray) else x.astype(jnp.float32)
   if table is not None:           # (pool pages, page, Hkv, D) -> (B, pages * page, Hkv, D)
     vals = vals[table].reshape((table.shape[0], -1) + vals.shape[2:])
+  if lengths is None:
+    return vals.astype(jnp.bfloat16)
   pos = jnp.arange(vals.shape[1], dtype=jnp.int32)
   valid = pos[None, :] < lengths[:, None]
   return jnp.where(valid[:, :, None, None], vals, 0.0).astype(jnp.bfloat16)
@@ -437,20 +453,22 @@ def _xla_attention(sm_scale: float, qb, kb, vb, lengths, q_positions):
   return o.reshape(bsz, tq, hq, dim), lse.reshape(bsz, tq, hq)
 
 
-def _sdpa(implementation: str, sm_scale: float, masking: str, q, k, v, kv_lengths,
-          q_positions, table):
+def _sdpa(implementation: str, sm_scale: float, masking: str, full: bool, q, k, v,
+          kv_lengths, q_positions, table):
   """The "xla" / "cudnn" paths: _bf16_cache's pre-pass, then attention over bfloat16
   q / K / V (float32 softmax and accumulation, P rounded to bfloat16 for the P V dot):
   "xla" in plain jnp (_xla_attention), "cudnn" cuDNN's fused flash attention (called below
   jax.nn.dot_product_attention, whose wrapper rounds the log-sum-exp to the output dtype).
-  cuDNN's masks: kv_lengths as its padding mask; masking "causal" (query i at position i)
-  as its causal mask; "positions" (q_positions given) as a boolean (B, 1, Tq, S) mask, which
-  cuDNN takes as an additive bias it reads for every head. A query that sees no key gets
-  o = 0 and lse = -inf (cuDNN leaves such rows undefined)."""
+  cuDNN's masks: kv_lengths as its padding mask (none with `full`: the call had no
+  kv_lengths); masking "causal" (query i at position i) as its causal mask; "positions"
+  (q_positions given) as a boolean (B, 1, Tq, S) mask, which cuDNN takes as an additive
+  bias it reads for every head. A query that sees no key gets o = 0 and lse = -inf (cuDNN
+  leaves such rows undefined; with `full` and no q_positions every query sees a key)."""
   bsz, tq, hq, dim = q.shape
   cap = table.shape[1] * k.shape[1] if table is not None else k.shape[1]
   lengths = jnp.clip(kv_lengths, 0, cap)
-  kb, vb = _bf16_cache(k, table, lengths), _bf16_cache(v, table, lengths)
+  pre = None if full else lengths
+  kb, vb = _bf16_cache(k, table, pre), _bf16_cache(v, table, pre)
   rotated = isinstance(k, QuantizedArray) and k.hadamard is not None
   qb = (_rotate_q(k, q.astype(jnp.float32)) if rotated else q).astype(jnp.bfloat16)
   if implementation == "cudnn":
@@ -459,19 +477,27 @@ def _sdpa(implementation: str, sm_scale: float, masking: str, q, k, v, kv_length
       mask = (jnp.arange(cap, dtype=jnp.int32)[None, None, None, :]
               <= q_positions[:, None, :, None])
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_fa
-    mask_type = (cudnn_fa.MaskType.PADDING_CAUSAL if masking == "causal"
-                 else cudnn_fa.MaskType.PADDING)
+    types = cudnn_fa.MaskType
+    if full:
+      mask_type, seqlens = (types.CAUSAL if masking == "causal" else types.NO_MASK), ()
+    else:
+      mask_type = types.PADDING_CAUSAL if masking == "causal" else types.PADDING
+      seqlens = (jnp.full((bsz,), tq, jnp.int32), lengths)
     o, lse = cudnn_fa.dot_product_attention(
-        qb, kb, vb, None, mask, jnp.full((bsz,), tq, jnp.int32), lengths, scale=sm_scale,
-        mask_type=mask_type, qkv_layout="BTNH", return_residual=True)
+        qb, kb, vb, None, mask, *seqlens, scale=sm_scale, mask_type=mask_type,
+        qkv_layout="BTNH", return_residual=True)
     lse = jnp.transpose(lse, (0, 2, 1))                  # cuDNN's (B, Hq, Tq) -> (B, Tq, Hq)
   else:
     o, lse = _xla_attention(sm_scale, qb, kb, vb, lengths, q_positions)
-  # the keys each query sees: min(length, q_position + 1) (INT32_MAX positions: the length)
-  seen = jnp.minimum(lengths[:, None], jnp.minimum(q_positions, cap - 1) + 1) > 0  # (B, Tq)
-  o = jnp.where(seen[:, :, None, None], o.astype(jnp.float32), 0.0)
-  lse = jnp.where(seen[:, :, None], lse.astype(jnp.float32), -jnp.inf)
-  return _unrotate_o(v, o).astype(q.dtype), lse
+  lse = lse.astype(jnp.float32)
+  if not full or masking == "positions":
+    # the keys each query sees: min(length, q_position + 1) (INT32_MAX positions: the length)
+    seen = jnp.minimum(lengths[:, None], jnp.minimum(q_positions, cap - 1) + 1) > 0
+    o = jnp.where(seen[:, :, None, None], o, jnp.zeros((), o.dtype))
+    lse = jnp.where(seen[:, :, None], lse, -jnp.inf)
+  if isinstance(v, QuantizedArray) and v.hadamard is not None:
+    o = _unrotate_o(v, o.astype(jnp.float32))
+  return o.astype(q.dtype), lse
 
 
 # ---------------------------------------------------------------------------- kernel path
@@ -554,12 +580,21 @@ def _launch_config(cfg):
 
 
 @functools.lru_cache(maxsize=None)
-def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, mode: str):
-  """The kernel call with a vmap rule. Query tokens attend independently given the cache,
-  so a vmapped q / q_positions (the cache, lengths and table shared) folds into the query
-  tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch per example
-  (lax.map)."""
-  call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
+def _batched(implementation: str, interpret: bool, sm_scale: float, page_size: int,
+             mode: str):
+  """The kernel (or library) call with a vmap rule. Query tokens attend independently given
+  the cache, so a vmapped q / q_positions (the cache, lengths and table shared) folds into
+  the query tokens: one launch, (B, n * Tq) tokens. Anything else vmapped runs one launch
+  per example (lax.map). (cuDNN's own batching rule breaks on a head-broadcast mask.)"""
+  if implementation in _SDPA_IMPLEMENTATIONS:
+    def call(q, k, v, kv_lengths, q_positions, table):
+      _, masking, rows = mode.split(":")
+      if masking == "causal" and q.shape[1] != _capacity(k, table, page_size):
+        masking = "positions"     # tokens folded: query i is no longer at position i
+      return _sdpa(implementation, sm_scale, masking, rows == "full", q, k, v, kv_lengths,
+                   q_positions, table)
+  else:
+    call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
 
   @jax.custom_batching.custom_vmap
   def batched(q, k, v, kv_lengths, q_positions, table):
@@ -590,20 +625,17 @@ def _batched_pallas(interpret: bool, sm_scale: float, page_size: int, mode: str)
   return batched
 
 
-def _pallas(interpret: bool, sm_scale: float, page_size: int, mode: str, q, k, v, kv_lengths,
-            q_positions, table):
-  return _batched_pallas(interpret, sm_scale, page_size, mode)(q, k, v, kv_lengths,
-                                                               q_positions, table)
+def _capacity(k, table, page_size: int) -> int:
+  """The cache's capacity: table pages times page_size, or k's S."""
+  return table.shape[1] * page_size if table is not None else k.shape[1]
 
 
 def _forward(implementation: str, interpret: bool, sm_scale: float, page_size: int, mode: str,
              q, k, v, kv_lengths, q_positions, table):
   if implementation == "reference":
     return _reference(sm_scale, page_size, q, k, v, kv_lengths, q_positions, table)
-  if implementation in _SDPA_IMPLEMENTATIONS:
-    return _sdpa(implementation, sm_scale, mode.split(":")[1], q, k, v, kv_lengths,
-                 q_positions, table)
-  return _pallas(interpret, sm_scale, page_size, mode, q, k, v, kv_lengths, q_positions, table)
+  return _batched(implementation, interpret, sm_scale, page_size, mode)(
+      q, k, v, kv_lengths, q_positions, table)
 
 
 def _reference_of(implementation, interpret, sm_scale, page_size, mode, *operands):
