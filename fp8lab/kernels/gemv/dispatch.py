@@ -137,6 +137,8 @@ SOURCES: dict[str, tuple[str, ...]] = {
         'gemv_h200_dispatch_a_20261202_043919',
         'gemv_h200_dispatch_b_20261202_044552',
         'gemv_h200_xla_parts_20261202_0815',
+        'gemv_h200_llama_a_20261202_152959',
+        'gemv_h200_llama_bc_20261202_153315',
     ),
 }
 # (device kind, layout, (n_out, k) bucket, batch bucket):
@@ -144,29 +146,38 @@ SOURCES: dict[str, tuple[str, ...]] = {
 #      device us}, {XLA GEMV op: us}, measured shape, results file)
 _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'bf16', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 12.8}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla', 1.249, {'pallas': 12.8, 'xla': 10.2, 'xla_parts': 12.7}, {'xla_e4m3': 8.5, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'bf16', (4096, 4096), 4):
         ('pallas', None, {'pallas': 13.2}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'bf16', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 16.7}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla_parts', 1.053, {'pallas': 17.2, 'xla_parts': 16.4}, {'xla_e4m3': 8.8, 'xla_bf16': 12.0},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'bf16', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 44.0}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla_parts', 2.476, {'pallas': 43.7, 'xla_parts': 17.7}, {'xla_e4m3': 14.2, 'xla_bf16': 17.4},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'bf16', (4096, 16384), 1):
-        ('pallas', None, {'pallas': 32.4}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('xla', 1.072, {'pallas': 32.4, 'xla': 30.2, 'xla_parts': 32.3}, {'xla_e4m3': 19.7, 'xla_bf16': 30.5},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'bf16', (4096, 16384), 4):
         ('pallas', None, {'pallas': 34.2}, {'xla_e4m3': 19.1},
          '4096x14336', 'gemv_h200_20261130_233426'),
     ('NVIDIA H200', 'bf16', (4096, 16384), 16):
-        ('pallas', None, {'pallas': 41.2}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('xla_parts', 1.093, {'pallas': 42.1, 'xla_parts': 38.5}, {'xla_e4m3': 20.0, 'xla_bf16': 32.5},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'bf16', (4096, 16384), 64):
-        ('pallas', None, {'pallas': 106.3}, {'xla_e4m3': 28.0},
-         '4096x14336', 'gemv_h200_20261130_233426'),
+        ('xla_parts', 2.382, {'pallas': 106.0, 'xla_parts': 44.5}, {'xla_e4m3': 27.5, 'xla_bf16': 38.9},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (8192, 4096), 1):
+        ('xla', 1.241, {'pallas': 17.1, 'xla': 13.8, 'xla_parts': 16.8}, {'xla_e4m3': 11.4, 'xla_bf16': 15.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (8192, 4096), 16):
+        ('xla_parts', 1.356, {'pallas': 26.9, 'xla_parts': 19.9}, {'xla_e4m3': 12.1, 'xla_bf16': 16.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (8192, 4096), 64):
+        ('xla_parts', 2.544, {'pallas': 62.8, 'xla_parts': 24.7}, {'xla_e4m3': 18.2, 'xla_bf16': 18.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'bf16', (8192, 8192), 1):
         ('pallas', None, {'pallas': 36.4}, {},
          '8192x8192', 'gemv_h200_grid_20261130_235729'),
@@ -203,42 +214,60 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'bf16', (16384, 16384), 64):
         ('pallas', None, {'pallas': 409.0}, {'xla_e4m3': 94.9},
          '16384x16384', 'gemv_h200_20261201_215647'),
+    ('NVIDIA H200', 'bf16', (32768, 4096), 1):
+        ('xla', 1.085, {'pallas': 57.9, 'xla': 53.3, 'xla_parts': 58.3}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (32768, 4096), 16):
+        ('xla_parts', 1.241, {'pallas': 81.6, 'xla_parts': 65.7}, {'xla_e4m3': 34.1, 'xla_bf16': 55.7},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (32768, 4096), 64):
+        ('xla_parts', 2.469, {'pallas': 206.8, 'xla_parts': 83.7}, {'xla_e4m3': 39.4, 'xla_bf16': 58.7},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (131072, 4096), 1):
+        ('xla', 1.086, {'pallas': 247.7, 'xla': 228.0, 'xla_parts': 240.0}, {'xla_e4m3': 125.5, 'xla_bf16': 239.0},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (131072, 4096), 16):
+        ('xla_parts', 1.254, {'pallas': 331.2, 'xla_parts': 264.1}, {'xla_e4m3': 132.3, 'xla_bf16': 237.8},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'bf16', (131072, 4096), 64):
+        ('xla_parts', 2.407, {'pallas': 850.4, 'xla_parts': 353.3}, {'xla_e4m3': 158.5, 'xla_bf16': 249.7},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 11.4}, {'xla_e4m3': 8.6},
-         '4096x4096', 'gemv_h200_20261201_215647'),
+        ('xla', 1.345, {'pallas': 10.9, 'xla': 8.1, 'xla_parts': 9.8}, {'xla_e4m3': 8.5, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (4096, 4096), 4):
         ('pallas', None, {'pallas': 11.1}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'e4m3', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 13.8}, {'xla_e4m3': 8.9},
-         '4096x4096', 'gemv_h200_20261201_215647'),
+        ('pallas', 0.865, {'pallas': 13.8, 'xla_parts': 16.0}, {'xla_e4m3': 8.8, 'xla_bf16': 12.0},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 39.8}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla_parts', 1.317, {'pallas': 38.6, 'xla_parts': 29.3}, {'xla_e4m3': 14.2, 'xla_bf16': 17.4},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 1):
-        ('xla_parts', 1.092, {'pallas': 21.5, 'xla_parts': 19.7}, {'xla_e4m3': 19.8},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('xla_parts', 1.09, {'pallas': 21.4, 'xla': 28.0, 'xla_parts': 19.6}, {'xla_e4m3': 19.7, 'xla_bf16': 30.5},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 4):
         ('pallas', 0.213, {'pallas': 22.1, 'xla': 103.5}, {'xla_e4m3': 18.5},
          '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 16):
-        ('pallas', 0.876, {'pallas': 25.1, 'xla_parts': 28.7}, {'xla_e4m3': 20.1},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.874, {'pallas': 25.1, 'xla_parts': 28.7}, {'xla_e4m3': 20.0, 'xla_bf16': 32.5},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (4096, 16384), 64):
-        ('pallas', 0.911, {'pallas': 72.3, 'xla_parts': 79.4}, {'xla_e4m3': 27.5},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.904, {'pallas': 71.8, 'xla_parts': 79.5}, {'xla_e4m3': 27.5, 'xla_bf16': 38.9},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (8192, 4096), 1):
-        ('xla', 1.14, {'pallas': 12.9, 'xla': 11.3}, {'xla_e4m3': 11.4},
-         '6144x4096', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('xla', 1.144, {'pallas': 12.9, 'xla': 11.2, 'xla_parts': 11.5}, {'xla_e4m3': 11.4, 'xla_bf16': 15.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (8192, 4096), 4):
         ('pallas', 0.218, {'pallas': 13.2, 'xla': 60.5}, {'xla_e4m3': 10.3},
          '6144x4096', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'e4m3', (8192, 4096), 16):
-        ('pallas', 0.228, {'pallas': 20.1, 'xla': 88.2}, {'xla_e4m3': 12.1},
-         '6144x4096', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('xla_parts', 1.037, {'pallas': 19.9, 'xla_parts': 19.2}, {'xla_e4m3': 12.1, 'xla_bf16': 16.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (8192, 4096), 64):
-        ('pallas', 0.462, {'pallas': 56.8, 'xla': 123.0}, {'xla_e4m3': 18.2},
-         '6144x4096', 'gemv_h200_dispatch_a_20261202_043919'),
+        ('xla_parts', 1.284, {'pallas': 57.4, 'xla_parts': 44.7}, {'xla_e4m3': 18.2, 'xla_bf16': 18.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (8192, 8192), 1):
         ('pallas', None, {'pallas': 23.2}, {'xla_e4m3': 21.3},
          '8192x8192', 'gemv_h200_20261201_215647'),
@@ -276,53 +305,62 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', 0.806, {'pallas': 203.7, 'xla_parts': 252.7}, {'xla_e4m3': 90.6},
          '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 1):
-        ('pallas', 1.015, {'pallas': 34.2, 'xla_parts': 33.7}, {'xla_e4m3': 33.3},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 1.023, {'pallas': 34.3, 'xla': 44.8, 'xla_parts': 33.5}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 4):
         ('pallas', 0.155, {'pallas': 35.1, 'xla': 226.5}, {'xla_e4m3': 31.1},
          '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 16):
-        ('pallas', 0.912, {'pallas': 40.7, 'xla_parts': 44.7}, {'xla_e4m3': 34.1},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.91, {'pallas': 41.1, 'xla_parts': 45.2}, {'xla_e4m3': 34.1, 'xla_bf16': 55.7},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (32768, 4096), 64):
-        ('pallas', 1.017, {'pallas': 127.6, 'xla_parts': 125.4}, {'xla_e4m3': 39.1},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 1.021, {'pallas': 128.0, 'xla_parts': 125.4}, {'xla_e4m3': 39.4, 'xla_bf16': 58.7},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (131072, 4096), 1):
-        ('pallas', 0.647, {'pallas': 124.2, 'xla': 192.2}, {'xla_e4m3': 130.9},
-         '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.93, {'pallas': 123.7, 'xla': 193.1, 'xla_parts': 133.1}, {'xla_e4m3': 125.5, 'xla_bf16': 239.0},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (131072, 4096), 4):
         ('pallas', 0.145, {'pallas': 126.8, 'xla': 875.7}, {'xla_e4m3': 131.1},
          '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'e4m3', (131072, 4096), 16):
-        ('pallas', 0.106, {'pallas': 150.7, 'xla': 1417.7}, {'xla_e4m3': 138.4},
-         '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.849, {'pallas': 147.6, 'xla_parts': 173.8}, {'xla_e4m3': 132.3, 'xla_bf16': 237.8},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e4m3', (131072, 4096), 64):
-        ('pallas', 0.206, {'pallas': 467.6, 'xla': 2274.0}, {'xla_e4m3': 161.2},
-         '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.9, {'pallas': 474.7, 'xla_parts': 527.4}, {'xla_e4m3': 158.5, 'xla_bf16': 249.7},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 11.4}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla', 1.343, {'pallas': 10.9, 'xla': 8.1, 'xla_parts': 9.0}, {'xla_e4m3': 8.5, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (4096, 4096), 4):
         ('pallas', None, {'pallas': 11.1}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'e5m2', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 13.9}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.886, {'pallas': 13.8, 'xla_parts': 15.6}, {'xla_e4m3': 8.8, 'xla_bf16': 12.0},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 39.4}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla_parts', 1.29, {'pallas': 37.7, 'xla_parts': 29.3}, {'xla_e4m3': 14.2, 'xla_bf16': 17.4},
+         '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (4096, 16384), 1):
-        ('pallas', None, {'pallas': 21.6}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('xla_parts', 1.062, {'pallas': 21.4, 'xla': 28.0, 'xla_parts': 20.2}, {'xla_e4m3': 19.7, 'xla_bf16': 30.5},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (4096, 16384), 4):
         ('pallas', None, {'pallas': 22.1}, {'xla_e4m3': 19.1},
          '4096x14336', 'gemv_h200_20261130_233426'),
     ('NVIDIA H200', 'e5m2', (4096, 16384), 16):
-        ('pallas', None, {'pallas': 25.1}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.873, {'pallas': 25.1, 'xla_parts': 28.8}, {'xla_e4m3': 20.0, 'xla_bf16': 32.5},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (4096, 16384), 64):
-        ('pallas', None, {'pallas': 71.9}, {'xla_e4m3': 28.0},
-         '4096x14336', 'gemv_h200_20261130_233426'),
+        ('pallas', 0.9, {'pallas': 71.3, 'xla_parts': 79.3}, {'xla_e4m3': 27.5, 'xla_bf16': 38.9},
+         '4096x14336', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (8192, 4096), 1):
+        ('xla', 1.139, {'pallas': 12.8, 'xla': 11.3, 'xla_parts': 11.5}, {'xla_e4m3': 11.4, 'xla_bf16': 15.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (8192, 4096), 16):
+        ('xla_parts', 1.039, {'pallas': 19.9, 'xla_parts': 19.1}, {'xla_e4m3': 12.1, 'xla_bf16': 16.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (8192, 4096), 64):
+        ('xla_parts', 1.294, {'pallas': 57.8, 'xla_parts': 44.6}, {'xla_e4m3': 18.2, 'xla_bf16': 18.9},
+         '6144x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'e5m2', (8192, 8192), 1):
         ('pallas', None, {'pallas': 23.0}, {},
          '8192x8192', 'gemv_h200_grid_20261130_235729'),
@@ -359,30 +397,57 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'e5m2', (16384, 16384), 64):
         ('pallas', None, {'pallas': 203.2}, {'xla_e4m3': 94.9},
          '16384x16384', 'gemv_h200_20261201_215647'),
+    ('NVIDIA H200', 'e5m2', (32768, 4096), 1):
+        ('pallas', 1.025, {'pallas': 34.3, 'xla': 44.8, 'xla_parts': 33.5}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (32768, 4096), 16):
+        ('pallas', 0.917, {'pallas': 40.9, 'xla_parts': 44.6}, {'xla_e4m3': 34.1, 'xla_bf16': 55.7},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (32768, 4096), 64):
+        ('pallas', 1.023, {'pallas': 127.5, 'xla_parts': 124.6}, {'xla_e4m3': 39.4, 'xla_bf16': 58.7},
+         '28672x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (131072, 4096), 1):
+        ('pallas', 0.93, {'pallas': 123.9, 'xla': 193.1, 'xla_parts': 133.1}, {'xla_e4m3': 125.5, 'xla_bf16': 239.0},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (131072, 4096), 16):
+        ('pallas', 0.881, {'pallas': 147.7, 'xla_parts': 167.7}, {'xla_e4m3': 132.3, 'xla_bf16': 237.8},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e5m2', (131072, 4096), 64):
+        ('pallas', 0.916, {'pallas': 475.4, 'xla_parts': 518.9}, {'xla_e4m3': 158.5, 'xla_bf16': 249.7},
+         '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
     ('NVIDIA H200', 'mxfp4', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 16.3}, {'xla_e4m3': 8.6},
-         '4096x4096', 'gemv_h200_20261201_215647'),
+        ('pallas', 0.69, {'pallas': 16.0, 'xla': 23.2, 'xla_parts': 36.8}, {'xla_e4m3': 8.9, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (4096, 4096), 4):
         ('pallas', None, {'pallas': 16.3}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'mxfp4', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 17.1}, {'xla_e4m3': 8.9},
-         '4096x4096', 'gemv_h200_20261130_233426'),
+        ('pallas', 0.429, {'pallas': 17.4, 'xla_parts': 40.6}, {'xla_e4m3': 8.8, 'xla_bf16': 11.9},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 36.0}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.824, {'pallas': 35.9, 'xla_parts': 43.6}, {'xla_e4m3': 14.3, 'xla_bf16': 17.3},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 1):
-        ('pallas', 0.183, {'pallas': 23.3, 'xla_parts': 127.2}, {'xla_e4m3': 19.8},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.296, {'pallas': 23.1, 'xla': 78.1, 'xla_parts': 127.3}, {'xla_e4m3': 19.4, 'xla_bf16': 30.6},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 4):
         ('pallas', 0.132, {'pallas': 23.6, 'xla': 179.0}, {'xla_e4m3': 18.5},
          '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 16):
-        ('pallas', 0.242, {'pallas': 31.7, 'xla_parts': 130.9}, {'xla_e4m3': 20.1},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.237, {'pallas': 31.4, 'xla_parts': 132.2}, {'xla_e4m3': 20.5, 'xla_bf16': 32.3},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (4096, 16384), 64):
-        ('pallas', 0.631, {'pallas': 86.9, 'xla_parts': 137.9}, {'xla_e4m3': 27.5},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.632, {'pallas': 87.0, 'xla_parts': 137.7}, {'xla_e4m3': 27.5, 'xla_bf16': 39.0},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp4', (8192, 4096), 1):
+        ('pallas', 0.751, {'pallas': 24.8, 'xla': 33.0, 'xla_parts': 55.8}, {'xla_e4m3': 11.3, 'xla_bf16': 16.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp4', (8192, 4096), 16):
+        ('pallas', 0.378, {'pallas': 22.1, 'xla_parts': 58.5}, {'xla_e4m3': 12.0, 'xla_bf16': 17.1},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp4', (8192, 4096), 64):
+        ('pallas', 0.852, {'pallas': 54.6, 'xla_parts': 64.2}, {'xla_e4m3': 18.1, 'xla_bf16': 20.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (8192, 8192), 1):
         ('pallas', None, {'pallas': 23.8}, {'xla_e4m3': 21.3},
          '8192x8192', 'gemv_h200_20261201_215647'),
@@ -420,41 +485,59 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', 0.569, {'pallas': 321.4, 'xla_parts': 565.2}, {'xla_e4m3': 90.6},
          '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'mxfp4', (32768, 4096), 1):
-        ('pallas', 0.143, {'pallas': 34.9, 'xla_parts': 244.6}, {'xla_e4m3': 33.3},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.248, {'pallas': 35.3, 'xla': 142.1, 'xla_parts': 244.1}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (32768, 4096), 4):
         ('pallas', 0.098, {'pallas': 35.2, 'xla': 358.0}, {'xla_e4m3': 31.1},
          '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'mxfp4', (32768, 4096), 16):
-        ('pallas', 0.112, {'pallas': 48.3, 'xla': 431.3}, {'xla_e4m3': 35.0},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.196, {'pallas': 48.9, 'xla_parts': 249.6}, {'xla_e4m3': 34.1, 'xla_bf16': 56.0},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp4', (32768, 4096), 64):
-        ('pallas', 0.277, {'pallas': 151.9, 'xla': 548.8}, {'xla_e4m3': 39.8},
-         '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.575, {'pallas': 152.9, 'xla_parts': 266.0}, {'xla_e4m3': 39.8, 'xla_bf16': 60.5},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp4', (131072, 4096), 1):
+        ('pallas', 0.189, {'pallas': 116.9, 'xla': 617.8, 'xla_parts': 1046.4}, {'xla_e4m3': 125.6, 'xla_bf16': 236.7},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp4', (131072, 4096), 16):
+        ('pallas', 0.152, {'pallas': 164.5, 'xla_parts': 1083.3}, {'xla_e4m3': 132.6, 'xla_bf16': 240.5},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp4', (131072, 4096), 64):
+        ('pallas', 0.532, {'pallas': 610.5, 'xla_parts': 1146.5}, {'xla_e4m3': 157.0, 'xla_bf16': 249.3},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 14.3}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('xla', 1.184, {'pallas': 14.0, 'xla': 11.8, 'xla_parts': 32.2}, {'xla_e4m3': 8.9, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (4096, 4096), 4):
         ('pallas', None, {'pallas': 14.2}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'mxfp8', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 17.7}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.489, {'pallas': 17.5, 'xla_parts': 35.7}, {'xla_e4m3': 8.8, 'xla_bf16': 11.9},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 31.0}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.821, {'pallas': 31.3, 'xla_parts': 38.1}, {'xla_e4m3': 14.3, 'xla_bf16': 17.3},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (4096, 16384), 1):
-        ('pallas', None, {'pallas': 27.7}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.732, {'pallas': 27.5, 'xla': 37.6, 'xla_parts': 108.4}, {'xla_e4m3': 19.4, 'xla_bf16': 30.6},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (4096, 16384), 4):
         ('pallas', None, {'pallas': 28.0}, {'xla_e4m3': 19.1},
          '4096x14336', 'gemv_h200_20261130_233426'),
     ('NVIDIA H200', 'mxfp8', (4096, 16384), 16):
-        ('pallas', None, {'pallas': 30.3}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.266, {'pallas': 30.1, 'xla_parts': 113.2}, {'xla_e4m3': 20.5, 'xla_bf16': 32.3},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (4096, 16384), 64):
-        ('pallas', None, {'pallas': 85.2}, {'xla_e4m3': 28.0},
-         '4096x14336', 'gemv_h200_20261130_233426'),
+        ('pallas', 0.724, {'pallas': 85.3, 'xla_parts': 117.8}, {'xla_e4m3': 27.5, 'xla_bf16': 39.0},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (8192, 4096), 1):
+        ('pallas', 1.026, {'pallas': 16.3, 'xla': 15.9, 'xla_parts': 47.9}, {'xla_e4m3': 11.3, 'xla_bf16': 16.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (8192, 4096), 16):
+        ('pallas', 0.494, {'pallas': 25.1, 'xla_parts': 50.7}, {'xla_e4m3': 12.0, 'xla_bf16': 17.1},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (8192, 4096), 64):
+        ('pallas', 0.927, {'pallas': 52.4, 'xla_parts': 56.5}, {'xla_e4m3': 18.1, 'xla_bf16': 20.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'mxfp8', (8192, 8192), 1):
         ('pallas', None, {'pallas': 27.2}, {},
          '8192x8192', 'gemv_h200_grid_20261130_235729'),
@@ -491,30 +574,57 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'mxfp8', (16384, 16384), 64):
         ('pallas', None, {'pallas': 323.4}, {'xla_e4m3': 94.9},
          '16384x16384', 'gemv_h200_20261201_215647'),
+    ('NVIDIA H200', 'mxfp8', (32768, 4096), 1):
+        ('pallas', 0.684, {'pallas': 43.8, 'xla': 64.0, 'xla_parts': 205.3}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (32768, 4096), 16):
+        ('pallas', 0.229, {'pallas': 48.1, 'xla_parts': 210.1}, {'xla_e4m3': 34.1, 'xla_bf16': 56.0},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (32768, 4096), 64):
+        ('pallas', 0.685, {'pallas': 155.1, 'xla_parts': 226.3}, {'xla_e4m3': 39.8, 'xla_bf16': 60.5},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (131072, 4096), 1):
+        ('pallas', 0.529, {'pallas': 135.5, 'xla': 256.3, 'xla_parts': 872.2}, {'xla_e4m3': 125.6, 'xla_bf16': 236.7},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (131072, 4096), 16):
+        ('pallas', 0.186, {'pallas': 169.1, 'xla_parts': 908.5}, {'xla_e4m3': 132.6, 'xla_bf16': 240.5},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8', (131072, 4096), 64):
+        ('pallas', 0.655, {'pallas': 637.2, 'xla_parts': 972.3}, {'xla_e4m3': 157.0, 'xla_bf16': 249.3},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 10.9}, {'xla_e4m3': 8.5},
-         '4096x4096', 'gemv_h200_20261130_233426'),
+        ('pallas', 0.549, {'pallas': 11.3, 'xla': 20.6, 'xla_parts': 36.0}, {'xla_e4m3': 8.9, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (4096, 4096), 4):
         ('pallas', None, {'pallas': 11.2}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'nvfp4', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 14.9}, {'xla_e4m3': 8.9},
-         '4096x4096', 'gemv_h200_20261130_233426'),
+        ('pallas', 0.386, {'pallas': 15.4, 'xla_parts': 39.8}, {'xla_e4m3': 8.8, 'xla_bf16': 11.9},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 39.7}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.941, {'pallas': 40.0, 'xla_parts': 42.5}, {'xla_e4m3': 14.3, 'xla_bf16': 17.3},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 1):
-        ('pallas', 0.147, {'pallas': 18.1, 'xla_parts': 123.2}, {'xla_e4m3': 19.8},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.245, {'pallas': 18.0, 'xla': 73.4, 'xla_parts': 123.5}, {'xla_e4m3': 19.4, 'xla_bf16': 30.6},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 4):
         ('pallas', 0.105, {'pallas': 18.5, 'xla': 175.6}, {'xla_e4m3': 18.5},
          '4096x14336', 'gemv_h200_dispatch_a_20261202_043919'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 16):
-        ('pallas', 0.201, {'pallas': 25.4, 'xla_parts': 126.3}, {'xla_e4m3': 20.1},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.198, {'pallas': 25.4, 'xla_parts': 128.3}, {'xla_e4m3': 20.5, 'xla_bf16': 32.3},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (4096, 16384), 64):
-        ('pallas', 0.51, {'pallas': 68.3, 'xla_parts': 133.8}, {'xla_e4m3': 27.5},
-         '4096x14336', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.517, {'pallas': 69.3, 'xla_parts': 134.2}, {'xla_e4m3': 27.5, 'xla_bf16': 39.0},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4', (8192, 4096), 1):
+        ('pallas', 0.464, {'pallas': 13.8, 'xla': 29.6, 'xla_parts': 53.9}, {'xla_e4m3': 11.3, 'xla_bf16': 16.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4', (8192, 4096), 16):
+        ('pallas', 0.338, {'pallas': 19.3, 'xla_parts': 57.0}, {'xla_e4m3': 12.0, 'xla_bf16': 17.1},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4', (8192, 4096), 64):
+        ('pallas', 0.939, {'pallas': 58.9, 'xla_parts': 62.7}, {'xla_e4m3': 18.1, 'xla_bf16': 20.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (8192, 8192), 1):
         ('pallas', None, {'pallas': 19.4}, {'xla_e4m3': 21.3},
          '8192x8192', 'gemv_h200_20261201_215647'),
@@ -552,53 +662,62 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
         ('pallas', 0.338, {'pallas': 185.4, 'xla_parts': 548.5}, {'xla_e4m3': 90.6},
          '16384x16384', 'gemv_h200_xla_parts_20261202_0815'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 1):
-        ('pallas', 0.122, {'pallas': 28.8, 'xla_parts': 236.6}, {'xla_e4m3': 33.3},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.225, {'pallas': 29.2, 'xla': 130.0, 'xla_parts': 235.9}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 4):
         ('pallas', 0.083, {'pallas': 29.4, 'xla': 354.3}, {'xla_e4m3': 31.1},
          '28672x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 16):
-        ('pallas', 0.162, {'pallas': 39.6, 'xla_parts': 244.1}, {'xla_e4m3': 34.1},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.166, {'pallas': 40.0, 'xla_parts': 241.5}, {'xla_e4m3': 34.1, 'xla_bf16': 56.0},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (32768, 4096), 64):
-        ('pallas', 0.445, {'pallas': 115.3, 'xla_parts': 259.1}, {'xla_e4m3': 39.1},
-         '28672x4096', 'gemv_h200_xla_parts_20261202_0815'),
+        ('pallas', 0.443, {'pallas': 114.8, 'xla_parts': 259.0}, {'xla_e4m3': 39.8, 'xla_bf16': 60.5},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (131072, 4096), 1):
-        ('pallas', 0.159, {'pallas': 91.2, 'xla': 572.3}, {'xla_e4m3': 130.9},
-         '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.158, {'pallas': 90.5, 'xla': 573.1, 'xla_parts': 1008.7}, {'xla_e4m3': 125.6, 'xla_bf16': 236.7},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (131072, 4096), 4):
         ('pallas', 0.063, {'pallas': 93.7, 'xla': 1481.1}, {'xla_e4m3': 131.1},
          '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
     ('NVIDIA H200', 'nvfp4', (131072, 4096), 16):
-        ('pallas', 0.08, {'pallas': 138.5, 'xla': 1739.4}, {'xla_e4m3': 138.4},
-         '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.131, {'pallas': 137.4, 'xla_parts': 1046.9}, {'xla_e4m3': 132.6, 'xla_bf16': 240.5},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4', (131072, 4096), 64):
-        ('pallas', 0.194, {'pallas': 428.2, 'xla': 2210.5}, {'xla_e4m3': 161.2},
-         '128256x4096', 'gemv_h200_dispatch_b_20261202_044552'),
+        ('pallas', 0.387, {'pallas': 430.5, 'xla_parts': 1111.3}, {'xla_e4m3': 157.0, 'xla_bf16': 249.3},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 4096), 1):
-        ('pallas', None, {'pallas': 11.0}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.496, {'pallas': 10.9, 'xla': 22.0, 'xla_parts': 36.0}, {'xla_e4m3': 8.9, 'xla_bf16': 11.7},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 4096), 4):
         ('pallas', None, {'pallas': 10.8}, {'xla_e4m3': 7.6},
          '4096x4096', 'gemv_h200_grid_20261130_235729'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 4096), 16):
-        ('pallas', None, {'pallas': 15.2}, {},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.38, {'pallas': 15.1, 'xla_parts': 39.8}, {'xla_e4m3': 8.8, 'xla_bf16': 11.9},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 4096), 64):
-        ('pallas', None, {'pallas': 38.6}, {'xla_e4m3': 14.1},
-         '4096x4096', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.906, {'pallas': 38.5, 'xla_parts': 42.5}, {'xla_e4m3': 14.3, 'xla_bf16': 17.3},
+         '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 16384), 1):
-        ('pallas', None, {'pallas': 17.4}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.236, {'pallas': 17.4, 'xla': 73.4, 'xla_parts': 124.1}, {'xla_e4m3': 19.4, 'xla_bf16': 30.6},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 16384), 4):
         ('pallas', None, {'pallas': 17.7}, {'xla_e4m3': 19.1},
          '4096x14336', 'gemv_h200_20261130_233426'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 16384), 16):
-        ('pallas', None, {'pallas': 25.0}, {},
-         '4096x14336', 'gemv_h200_grid_20261130_235729'),
+        ('pallas', 0.192, {'pallas': 24.8, 'xla_parts': 129.1}, {'xla_e4m3': 20.5, 'xla_bf16': 32.3},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (4096, 16384), 64):
-        ('pallas', None, {'pallas': 67.5}, {'xla_e4m3': 28.0},
-         '4096x14336', 'gemv_h200_20261130_233426'),
+        ('pallas', 0.503, {'pallas': 67.7, 'xla_parts': 134.6}, {'xla_e4m3': 27.5, 'xla_bf16': 39.0},
+         '4096x14336', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (8192, 4096), 1):
+        ('pallas', 0.442, {'pallas': 13.3, 'xla': 30.0, 'xla_parts': 54.1}, {'xla_e4m3': 11.3, 'xla_bf16': 16.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (8192, 4096), 16):
+        ('pallas', 0.33, {'pallas': 18.9, 'xla_parts': 57.1}, {'xla_e4m3': 12.0, 'xla_bf16': 17.1},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (8192, 4096), 64):
+        ('pallas', 0.931, {'pallas': 58.4, 'xla_parts': 62.7}, {'xla_e4m3': 18.1, 'xla_bf16': 20.0},
+         '6144x4096', 'gemv_h200_llama_bc_20261202_153315'),
     ('NVIDIA H200', 'nvfp4_2d', (8192, 8192), 1):
         ('pallas', None, {'pallas': 18.4}, {},
          '8192x8192', 'gemv_h200_grid_20261130_235729'),
@@ -635,6 +754,24 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'nvfp4_2d', (16384, 16384), 64):
         ('pallas', None, {'pallas': 181.7}, {'xla_e4m3': 94.9},
          '16384x16384', 'gemv_h200_20261201_215647'),
+    ('NVIDIA H200', 'nvfp4_2d', (32768, 4096), 1):
+        ('pallas', 0.211, {'pallas': 27.9, 'xla': 132.0, 'xla_parts': 237.1}, {'xla_e4m3': 33.4, 'xla_bf16': 54.6},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (32768, 4096), 16):
+        ('pallas', 0.162, {'pallas': 39.4, 'xla_parts': 242.4}, {'xla_e4m3': 34.1, 'xla_bf16': 56.0},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (32768, 4096), 64):
+        ('pallas', 0.439, {'pallas': 114.0, 'xla_parts': 259.8}, {'xla_e4m3': 39.8, 'xla_bf16': 60.5},
+         '28672x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (131072, 4096), 1):
+        ('pallas', 0.145, {'pallas': 84.7, 'xla': 581.9, 'xla_parts': 1015.0}, {'xla_e4m3': 125.6, 'xla_bf16': 236.7},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (131072, 4096), 16):
+        ('pallas', 0.128, {'pallas': 134.5, 'xla_parts': 1051.8}, {'xla_e4m3': 132.6, 'xla_bf16': 240.5},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'nvfp4_2d', (131072, 4096), 64):
+        ('pallas', 0.379, {'pallas': 422.9, 'xla_parts': 1115.2}, {'xla_e4m3': 157.0, 'xla_bf16': 249.3},
+         '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
 }
 # END GENERATED TABLE
 
