@@ -23,7 +23,7 @@ import pytest
 
 import fp8lab
 from fp8lab.numerics.hadamard import hadamard
-from fp8lab_tests.switches import ON_GPU, gpu
+from fp8lab_tests.switches import ON_GPU, SLOW, gpu, grid
 from fp8lab_tests.test_attention import (KV_FORMATS, _kv, _normal, _paged, _u_out, _values64,
                                          assert_close)
 from fp8lab_tests.test_attention_prefill import (_PAIRS, SHAPE, _bf16, _chunk, _lengths,
@@ -75,8 +75,8 @@ def _queries(seed, group, masking, lengths, dim=64, dtype=jnp.float32):
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("kfmt,vfmt,group", _PAIRS)
-@pytest.mark.parametrize("masking", ["none", "causal", "positions"])
+@pytest.mark.parametrize("kfmt,vfmt,group,masking",
+                         grid(_PAIRS, ["none", "causal", "positions"]))
 def test_every_format(impl, kfmt, vfmt, group, masking):
   """Every KV format (and plain float32) as K and as V, GQA 1 / 4 / 8, per-row lengths ending
   one position into a new block, the three masks."""

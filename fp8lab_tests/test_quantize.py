@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 import fp8lab
 from fp8lab.formats import E4M3, get_format
 from fp8lab.testing import quantized as fqt
+from fp8lab_tests.switches import SLOW
 
 FLT_MAX = np.float32(np.finfo(np.float32).max)
 MX = {"mxfp8": "e4m3", "mxfp8_e5m2": "e5m2", "mxfp4": "e2m1"}
@@ -189,7 +190,15 @@ def assert_same_floats(got, want):
 # ----------------------------------------------------------------------------------------
 # Bit-exact agreement with the references over drawn inputs.
 
+# The four reference comparisons below compile quantize once per drawn shape, axis and mode:
+# the default run draws 40 examples each, FP8LAB_SLOW_TESTS=1 (or the heavy profile) the
+# profile's number.
+_REF_EXAMPLES = settings(max_examples=(settings().max_examples
+                                       if SLOW or settings().max_examples > 100 else 40))
+
+
 @pytest.mark.parametrize("fmt", sorted(MX))
+@_REF_EXAMPLES
 @given(kw=st.data())
 def test_mx_matches_reference(fmt, kw):
   args = kw.draw(fqt.quantize_inputs((fmt,), shapes=SHAPES))
@@ -202,6 +211,7 @@ def test_mx_matches_reference(fmt, kw):
   assert_same_floats(q.dequantize(), deq)
 
 
+@_REF_EXAMPLES
 @given(kw=fqt.quantize_inputs(("nvfp4",), shapes=SHAPES))
 def test_nvfp4_matches_reference(kw):
   q = fp8lab.quantize(**kw)
