@@ -126,11 +126,13 @@ def cells_of_run(doc: dict[str, Any], source: str) -> dict[Key, tuple]:
              if op in BASELINE_OPS}
   cells: dict[Key, tuple] = {}
   near: dict[Key, float] = {}
+  x_dtype = doc.get("settings", {}).get("x_dtype", "float32")
   for (op, layout, size, batch), p_us in sorted(dev_us.items()):
     if op != "pallas" or layout not in LAYOUTS:
       continue
     n_out, k = (int(v) for v in size.lower().split("x"))
-    key = (device, layout, dispatch.shape_bucket(n_out, k), batch)
+    key = (device, dispatch.table_layout(layout, x_dtype), dispatch.shape_bucket(n_out, k),
+           batch)
     d = _bucket_distance(n_out, k)
     if key in cells and (near[key], cells[key][4]) <= (d, size):
       continue
@@ -241,8 +243,8 @@ def summary(cells: dict[Key, tuple]) -> list[str]:
       lines.append(f"margin    {where}: pallas {times['pallas']} us kept, {others} "
                    f"(x{ratio} < x{1 + MARGIN:g})")
     f8 = baselines.get("xla_e4m3")
-    if f8 is not None and times[impl] > f8 and key[1] in ("e4m3", "e5m2", "mxfp8",
-                                                           "mxfp8_e5m2"):
+    if f8 is not None and times[impl] > f8 and key[1].split("@")[0] in (
+        "e4m3", "e5m2", "mxfp8", "mxfp8_e5m2"):
       lines.append(f"behind    {where}: {impl} {times[impl]} > XLA float8 {f8} us ({src})")
   return lines
 

@@ -96,6 +96,33 @@ def test_lookup_falls_back_to_the_kernel():
   assert dispatch.choose("G", "e5m2", 60, 70, 1, table) == "pallas"      # other layout
 
 
+def test_bfloat16_x_runs_key_their_own_layouts():
+  """A run with bfloat16 x (settings.x_dtype) writes "<layout>@bfloat16" cells; a call with
+  bfloat16 x takes them where its (device, layout, bucket) has some, the float32 x cells
+  otherwise; float32 / float16 x never take them."""
+  doc = _doc("2026-03-01T00:00:00+00:00", [
+      _row("pallas", "e4m3", "1024x2048", 16, 40.0),
+      _row("xla_parts", "e4m3", "1024x2048", 16, 20.0)])
+  doc["settings"] = {"x_dtype": "bfloat16"}
+  cells = tune.cells_of_run(doc, "gemv_bf16x")
+  assert list(cells) == [("Test GPU", "e4m3@bfloat16", (1024, 2048), 16)]
+  assert cells[("Test GPU", "e4m3@bfloat16", (1024, 2048), 16)][0] == "xla_parts"
+  assert dispatch.table_layout("e4m3", jnp.bfloat16) == "e4m3@bfloat16"
+  assert dispatch.table_layout("e4m3", jnp.float32) == "e4m3"
+  table = {("G", "e4m3", (1024, 2048), 16): _entry("pallas", pallas=2.0),
+           ("G", "e4m3@bfloat16", (1024, 2048), 16): _entry("xla_parts", pallas=2.0,
+                                                            xla_parts=1.0),
+           ("G", "e5m2", (1024, 2048), 16): _entry("xla", pallas=2.0, xla=1.0)}
+  assert dispatch.choose("G", "e4m3", 1024, 2048, 9, table, x_dtype=jnp.bfloat16) == "xla_parts"
+  assert dispatch.choose("G", "e4m3", 1024, 2048, 9, table) == "pallas"
+  assert dispatch.choose("G", "e4m3", 1024, 2048, 9, table, x_dtype=jnp.float16) == "pallas"
+  assert dispatch.choose("G", "e4m3", 1024, 2048, 17, table, x_dtype=jnp.bfloat16) == "pallas"
+  # no bfloat16 cells for e5m2: the float32 x cells
+  assert dispatch.choose("G", "e5m2", 1024, 2048, 9, table, x_dtype=jnp.bfloat16) == "xla"
+  # the committed table: e4m3 at the Llama shapes, batch 64, bfloat16 x
+  assert dispatch.choose(H200, "e4m3", 28672, 4096, 64, x_dtype=jnp.bfloat16) == "xla_parts"
+
+
 def _entry(impl, ratio=None, shape="64x64", source="s", **times):
   return dispatch.Entry(impl, ratio, times, {}, shape, source)
 

@@ -133,13 +133,14 @@ def gemv_packed(w, x, *, implementation: str | None = None, interpret: bool = Fa
 
 
 def _dispatched(w, x: jax.Array) -> str:
-  """implementation=None on a GPU: the dispatch table's pick for this device, layout, shape
-  and number of x rows (fp8lab/kernels/gemv/dispatch.py; "pallas" where it has no entry,
+  """implementation=None on a GPU: the dispatch table's pick for this device, layout, shape,
+  number of x rows and x dtype (fp8lab/kernels/gemv/dispatch.py; "pallas" where it has no entry,
   and where it picks "xla_parts" for a format that path does not take)."""
   n_out, k = w.shape
   batch = math.prod(x.shape[:-1])
   impl = gemv_dispatch.choose(gemv_dispatch.device_kind(),
-                              gemv_dispatch.layout_of(w.format, w.block_shape), n_out, k, batch)
+                              gemv_dispatch.layout_of(w.format, w.block_shape), n_out, k, batch,
+                              x_dtype=x.dtype)
   if impl == "xla_parts" and w.format not in PARTS_FORMATS:
     return gemv_dispatch.FALLBACK
   return impl

@@ -19,7 +19,12 @@ Lookup (`lookup`, `choose`):
   fallback      FALLBACK, "pallas" (the rule before this table existed), for a device,
                 layout or shape bucket without entries and for a batch above the largest
                 measured one: no nearest-neighbour guess from other shapes or batches.
-Measured with float32 x (bench_gemv's default); other x dtypes take the same entries.
+  x dtype       the layout key of a run with bfloat16 / float16 x is "<layout>@<dtype>"
+                (table_layout: "e4m3@bfloat16"; bench_gemv --x_dtype): the paths' costs
+                differ by x's dtype ("xla_parts" splits a float32 x into three bfloat16
+                parts, takes a bfloat16 x as it is). A call with such x takes those entries
+                where the table has one for its (device, layout, bucket), else the float32
+                x entries (the table's default, bench_gemv's default x).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import jax
 from fp8lab.formats import LAYOUTS, get_quantized_format
 
 __all__ = ["Entry", "TABLE", "SOURCES", "FALLBACK", "IMPLEMENTATIONS", "shape_bucket",
-           "layout_of", "device_kind", "lookup", "choose"]
+           "layout_of", "table_layout", "device_kind", "lookup", "choose"]
 
 # What a table entry may pick (gemv_packed's implementation names), and what a call without
 # an entry runs (the kernel: the rule before this table existed).
@@ -89,6 +94,13 @@ def layout_of(format: str, block_shape: tuple[int, ...] | None) -> str:
   return f"{q.name}:{'x'.join(map(str, block_shape))}"
 
 
+def table_layout(layout: str, x_dtype) -> str:
+  """The table's layout key for x of `x_dtype`: the layout for float32 x, "<layout>@<dtype
+  name>" otherwise (module docstring)."""
+  name = jax.numpy.dtype(x_dtype).name
+  return layout if name == "float32" else f"{layout}@{name}"
+
+
 def device_kind() -> str:
   """JAX's first device's kind, the table's first key ("NVIDIA H200")."""
   return jax.devices()[0].device_kind
@@ -122,8 +134,14 @@ def lookup(device: str, layout: str, n_out: int, k: int, batch: int,
 
 
 def choose(device: str, layout: str, n_out: int, k: int, batch: int,
-           table: dict | None = None) -> str:
-  """The implementation for a call: its entry's pick, FALLBACK without one."""
+           table: dict | None = None, x_dtype="float32") -> str:
+  """The implementation for a call: its entry's pick (the x dtype's entries where the
+  table has that (device, layout, bucket) for x_dtype, else float32 x's), FALLBACK without
+  one."""
+  keyed = table_layout(layout, x_dtype)
+  table_ = TABLE if table is None else table
+  if keyed != layout and (device, keyed, shape_bucket(n_out, k)) in _index(table_):
+    layout = keyed
   entry = lookup(device, layout, n_out, k, batch, table)
   return FALLBACK if entry is None else entry.impl
 
@@ -139,6 +157,7 @@ SOURCES: dict[str, tuple[str, ...]] = {
         'gemv_h200_xla_parts_20261202_0815',
         'gemv_h200_llama_a_20261202_152959',
         'gemv_h200_llama_bc_20261202_153315',
+        'gemv_h200_bf16x_20261202_155622',
     ),
 }
 # (device kind, layout, (n_out, k) bucket, batch bucket):
@@ -328,6 +347,42 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'e4m3', (131072, 4096), 64):
         ('pallas', 0.9, {'pallas': 474.7, 'xla_parts': 527.4}, {'xla_e4m3': 158.5, 'xla_bf16': 249.7},
          '128256x4096', 'gemv_h200_llama_a_20261202_152959'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (4096, 16384), 1):
+        ('pallas', 0.935, {'pallas': 21.5, 'xla_parts': 23.0}, {'xla_e4m3': 19.8, 'xla_bf16': 31.0},
+         '4096x14336', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (4096, 16384), 16):
+        ('xla_parts', 1.218, {'pallas': 25.0, 'xla_parts': 20.5}, {'xla_e4m3': 20.6, 'xla_bf16': 32.8},
+         '4096x14336', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (4096, 16384), 64):
+        ('xla_parts', 2.506, {'pallas': 69.8, 'xla_parts': 27.8}, {'xla_e4m3': 27.8, 'xla_bf16': 36.9},
+         '4096x14336', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (8192, 4096), 1):
+        ('pallas', 0.974, {'pallas': 12.7, 'xla_parts': 13.1}, {'xla_e4m3': 11.3, 'xla_bf16': 15.9},
+         '6144x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (8192, 4096), 16):
+        ('xla_parts', 1.569, {'pallas': 19.3, 'xla_parts': 12.3}, {'xla_e4m3': 12.2, 'xla_bf16': 17.0},
+         '6144x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (8192, 4096), 64):
+        ('xla_parts', 3.007, {'pallas': 54.9, 'xla_parts': 18.3}, {'xla_e4m3': 18.4, 'xla_bf16': 20.2},
+         '6144x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (32768, 4096), 1):
+        ('pallas', 0.816, {'pallas': 34.4, 'xla_parts': 42.2}, {'xla_e4m3': 34.0, 'xla_bf16': 55.8},
+         '28672x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (32768, 4096), 16):
+        ('xla_parts', 1.205, {'pallas': 42.6, 'xla_parts': 35.4}, {'xla_e4m3': 35.1, 'xla_bf16': 57.1},
+         '28672x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (32768, 4096), 64):
+        ('xla_parts', 3.156, {'pallas': 127.6, 'xla_parts': 40.4}, {'xla_e4m3': 39.8, 'xla_bf16': 60.4},
+         '28672x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (131072, 4096), 1):
+        ('pallas', 0.856, {'pallas': 124.0, 'xla_parts': 144.9}, {'xla_e4m3': 131.1, 'xla_bf16': 238.0},
+         '128256x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (131072, 4096), 16):
+        ('xla_parts', 1.094, {'pallas': 151.9, 'xla_parts': 138.8}, {'xla_e4m3': 138.6, 'xla_bf16': 241.1},
+         '128256x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'e4m3@bfloat16', (131072, 4096), 64):
+        ('xla_parts', 2.78, {'pallas': 473.9, 'xla_parts': 170.5}, {'xla_e4m3': 165.6, 'xla_bf16': 254.3},
+         '128256x4096', 'gemv_h200_bf16x_20261202_155622'),
     ('NVIDIA H200', 'e5m2', (4096, 4096), 1):
         ('xla', 1.343, {'pallas': 10.9, 'xla': 8.1, 'xla_parts': 9.0}, {'xla_e4m3': 8.5, 'xla_bf16': 11.7},
          '4096x4096', 'gemv_h200_llama_a_20261202_152959'),
@@ -592,6 +647,42 @@ _MEASURED: dict[tuple[str, str, tuple[int, int], int], tuple] = {
     ('NVIDIA H200', 'mxfp8', (131072, 4096), 64):
         ('pallas', 0.655, {'pallas': 637.2, 'xla_parts': 972.3}, {'xla_e4m3': 157.0, 'xla_bf16': 249.3},
          '128256x4096', 'gemv_h200_llama_bc_20261202_153315'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (4096, 16384), 1):
+        ('pallas', 0.248, {'pallas': 26.8, 'xla_parts': 108.1}, {'xla_e4m3': 19.8, 'xla_bf16': 31.0},
+         '4096x14336', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (4096, 16384), 16):
+        ('pallas', 0.279, {'pallas': 30.1, 'xla_parts': 107.7}, {'xla_e4m3': 20.6, 'xla_bf16': 32.8},
+         '4096x14336', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (4096, 16384), 64):
+        ('pallas', 0.739, {'pallas': 81.5, 'xla_parts': 110.2}, {'xla_e4m3': 27.8, 'xla_bf16': 36.9},
+         '4096x14336', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (8192, 4096), 1):
+        ('pallas', 0.324, {'pallas': 16.1, 'xla_parts': 49.8}, {'xla_e4m3': 11.3, 'xla_bf16': 15.9},
+         '6144x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (8192, 4096), 16):
+        ('pallas', 0.509, {'pallas': 24.6, 'xla_parts': 48.3}, {'xla_e4m3': 12.2, 'xla_bf16': 17.0},
+         '6144x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (8192, 4096), 64):
+        ('pallas', 0.928, {'pallas': 47.1, 'xla_parts': 50.8}, {'xla_e4m3': 18.4, 'xla_bf16': 20.2},
+         '6144x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (32768, 4096), 1):
+        ('pallas', 0.228, {'pallas': 46.9, 'xla_parts': 205.8}, {'xla_e4m3': 34.0, 'xla_bf16': 55.8},
+         '28672x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (32768, 4096), 16):
+        ('pallas', 0.24, {'pallas': 49.0, 'xla_parts': 204.7}, {'xla_e4m3': 35.1, 'xla_bf16': 57.1},
+         '28672x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (32768, 4096), 64):
+        ('pallas', 0.765, {'pallas': 158.1, 'xla_parts': 206.6}, {'xla_e4m3': 39.8, 'xla_bf16': 60.4},
+         '28672x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (131072, 4096), 1):
+        ('pallas', 0.16, {'pallas': 140.4, 'xla_parts': 877.2}, {'xla_e4m3': 131.1, 'xla_bf16': 238.0},
+         '128256x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (131072, 4096), 16):
+        ('pallas', 0.198, {'pallas': 173.0, 'xla_parts': 872.6}, {'xla_e4m3': 138.6, 'xla_bf16': 241.1},
+         '128256x4096', 'gemv_h200_bf16x_20261202_155622'),
+    ('NVIDIA H200', 'mxfp8@bfloat16', (131072, 4096), 64):
+        ('pallas', 0.731, {'pallas': 648.1, 'xla_parts': 886.9}, {'xla_e4m3': 165.6, 'xla_bf16': 254.3},
+         '128256x4096', 'gemv_h200_bf16x_20261202_155622'),
     ('NVIDIA H200', 'nvfp4', (4096, 4096), 1):
         ('pallas', 0.549, {'pallas': 11.3, 'xla': 20.6, 'xla_parts': 36.0}, {'xla_e4m3': 8.9, 'xla_bf16': 11.7},
          '4096x4096', 'gemv_h200_llama_bc_20261202_153315'),
