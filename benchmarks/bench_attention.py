@@ -183,12 +183,8 @@ PREFILL_CASES: dict[str, Case] = {
     "pf_e4m3_block_f32": Case("e4m3_block", compute="f32"),
     # implementation="cudnn": K / V decoded to bfloat16 by XLA, then cuDNN's flash attention
     # (GPU only; the op's default for prefill on a GPU)
-    "cu_e4m3_block": Case("e4m3_block", implementation="cudnn"),
-    "cu_e4m3": Case("e4m3", implementation="cudnn"),
-    "cu_nvfp4": Case("nvfp4", implementation="cudnn"),
-    "cu_mxfp4": Case("mxfp4", implementation="cudnn"),
-    "cu_e5m2": Case("e5m2", implementation="cudnn"),
-    "cu_bf16": Case(None, implementation="cudnn"),
+    **{f"cu_{fmt or 'bf16'}": Case(fmt, implementation="cudnn")
+       for fmt in ("e4m3_block", "e4m3", "nvfp4", "mxfp4", "e5m2", None)},
 }
 PREFILL_DEFAULT = tuple(c for c in PREFILL_CASES if not c.endswith("_f32"))
 PREFILL_BASELINES = ("matmul_bf16", "cudnn_bf16", "cudnn_fp8", "jax_pallas_mha", "jax_mgpu",

@@ -1,6 +1,7 @@
 """Hypothesis profiles for the test suite, chosen by FP8LAB_HYPOTHESIS_PROFILE.
 
-  ci     (default) 100 examples per test, derandomized so that CI runs are reproducible.
+  ci     (default) 50 examples per test (100 with FP8LAB_SLOW_TESTS=1), derandomized so
+         that CI runs are reproducible; tests that set max_examples keep theirs.
   heavy  10,000 examples per test, random seeds, for a long local or nightly run:
          FP8LAB_HYPOTHESIS_PROFILE=heavy pytest fp8lab_tests
 """
@@ -10,7 +11,8 @@ import os
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
-    "ci", max_examples=100, deadline=None, derandomize=True, database=None, print_blob=True,
+    "ci", max_examples=100 if os.environ.get("FP8LAB_SLOW_TESTS") == "1" else 50,
+    deadline=None, derandomize=True, database=None, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "heavy", max_examples=10_000, deadline=None, print_blob=True,

@@ -892,7 +892,7 @@ def test_errors_before_tracing(monkeypatch):
   with pytest.raises(ValueError, match="block_tables must have shape"):
     att(q, k, k, block_tables=jnp.zeros((bsz + 1, 1), jnp.int32))
   with pytest.raises(ValueError, match="implementation must be"):
-    att(q, k, k, implementation="xla")
+    att(q, k, k, implementation="xla_parts")
   with pytest.raises(ValueError, match="sm_scale"):
     att(q, k, k, sm_scale=float("nan"))
   if not ON_GPU:

@@ -293,6 +293,22 @@ def _spoil(x, past):
   return spoil_words(x, past)
 
 
+def clean_and_spoiled(kfmt, vfmt, lengths):
+  """([K, V] with zeros past each row's length, the same with all-ones words and NaN / 0xFF
+  scales there (NaN in a plain array)); fixed scales keep the valid codes equal."""
+  bsz, cap, hkv = SHAPE
+  past = np.arange(cap)[None, :] >= np.asarray(lengths)[:, None]
+
+  def kv(fmt, seed):
+    kw = dict(scale=jnp.float32(30.0)) if fmt in ("e4m3", "e5m2") else (
+        dict(scale=jnp.float32(500.0)) if fmt == "nvfp4" else {})
+    x = jnp.where(past[:, :, None, None], 0.0, _normal(seed, (bsz, cap, hkv, 64)))
+    return _kv(fmt, x, **kw)
+
+  clean = [kv(kfmt, 17), kv(vfmt, 18)]
+  return clean, [_spoil(x, past) for x in clean]
+
+
 @pytest.mark.parametrize("kfmt,vfmt,group,causal,compute", [
     ("mxfp4", "nvfp4", 8, True, "bf16"), ("e4m3", "e4m3_block", 4, True, "fp8")] + _slow(
         (None, "e4m3", 8, False, "bf16"), ("e4m3_block", "e5m2_block", 1, True, "bf16"),
@@ -302,18 +318,8 @@ def test_nan_past_lengths_never_read(kfmt, vfmt, group, causal, compute):
   """NaN codes / scales (all-ones bytes; NaN in a plain array) past each row's length: the
   output and lse are bit for bit those over a cache with zeros there, and finite (each
   compute mode)."""
-  bsz, cap, hkv = SHAPE
-  lengths = _lengths(bsz, cap)
-  past = np.arange(cap)[None, :] >= lengths[:, None]
-
-  def kv(fmt, seed):
-    kw = dict(scale=jnp.float32(30.0)) if fmt in ("e4m3", "e5m2") else (
-        dict(scale=jnp.float32(500.0)) if fmt == "nvfp4" else {})
-    x = jnp.where(past[:, :, None, None], 0.0, _normal(seed, (bsz, cap, hkv, 64)))
-    return _kv(fmt, x, **kw)
-
-  clean = [kv(kfmt, 17), kv(vfmt, 18)]
-  dirty = [_spoil(x, past) for x in clean]
+  lengths = _lengths(SHAPE[0], SHAPE[1])
+  clean, dirty = clean_and_spoiled(kfmt, vfmt, lengths)
   q, qpos = _queries(19, group, causal, lengths)
   run = functools.partial(fp8lab.attention, q, kv_lengths=jnp.asarray(lengths), causal=causal,
                           q_positions=qpos, return_lse=True, compute=compute,

@@ -27,7 +27,7 @@ from fp8lab_tests.switches import ON_GPU, SLOW, gpu, grid
 from fp8lab_tests.test_attention import (KV_FORMATS, _kv, _normal, _paged, _u_out, _values64,
                                          assert_close)
 from fp8lab_tests.test_attention_prefill import (_PAIRS, SHAPE, _bf16, _chunk, _lengths,
-                                                 _spoil, ref_prefill)
+                                                 clean_and_spoiled, ref_prefill)
 
 IMPLS = ("xla", "cudnn") if ON_GPU else ("xla",)
 _U_BF16 = 2.0**-8
@@ -153,18 +153,8 @@ def test_rows_that_see_nothing(impl):
 def test_nan_past_lengths_never_read(impl, kfmt, vfmt, masking):
   """All-ones words and NaN / 0xFF scales (NaN in a plain array) past each row's length: o
   and lse bit for bit those over a cache with zeros there, and finite."""
-  bsz, cap, hkv = SHAPE
-  lengths = _lengths(bsz, cap)
-  past = np.arange(cap)[None, :] >= lengths[:, None]
-
-  def kv(fmt, seed):
-    kw = dict(scale=jnp.float32(30.0)) if fmt in ("e4m3", "e5m2") else (
-        dict(scale=jnp.float32(500.0)) if fmt == "nvfp4" else {})
-    x = jnp.where(past[:, :, None, None], 0.0, _normal(seed, (bsz, cap, hkv, 64)))
-    return _kv(fmt, x, **kw)
-
-  clean = [kv(kfmt, 17), kv(vfmt, 18)]
-  dirty = [_spoil(x, past) for x in clean]
+  lengths = _lengths(SHAPE[0], SHAPE[1])
+  clean, dirty = clean_and_spoiled(kfmt, vfmt, lengths)
   q, qpos = _queries(19, 4, masking, lengths)
   run = functools.partial(fp8lab.attention, q, kv_lengths=jnp.asarray(lengths),
                           causal=masking != "none", q_positions=qpos, return_lse=True,
