@@ -26,12 +26,11 @@ from fp8lab.numerics.hadamard import hadamard
 from fp8lab_tests.switches import ON_GPU, SLOW, gpu, grid
 from fp8lab_tests.test_attention import (KV_FORMATS, _kv, _normal, _paged, _u_out, _values64,
                                          assert_close)
-from fp8lab_tests.test_attention_prefill import (_PAIRS, SHAPE, _bf16, _chunk, _lengths,
-                                                 clean_and_spoiled, ref_prefill)
+from fp8lab_tests.test_attention_prefill import (_PAIRS, _TQ, SHAPE, _bf16, _cache, _chunk,
+                                                 _lengths, clean_and_spoiled, ref_prefill)
 
 IMPLS = ("xla", "cudnn") if ON_GPU else ("xla",)
 _U_BF16 = 2.0**-8
-_TQ = 24
 
 
 def _all_bf16(x, dim):
@@ -56,12 +55,6 @@ def check_sdpa(impl, q, k, v, lengths, q_positions=None, causal=None, **kw):
   np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), seen)
   assert_close(np.where(seen, lse, 0.0), np.where(seen, want_lse, 0.0), lse_tol, "lse")
   return o, lse
-
-
-def _cache(seed, kfmt, vfmt, dim=64, shape=SHAPE):
-  bsz, cap, hkv = shape
-  return (_kv(kfmt, _normal(seed, (bsz, cap, hkv, dim), 2.0)),
-          _kv(vfmt, _normal(seed + 1, (bsz, cap, hkv, dim))))
 
 
 def _queries(seed, group, masking, lengths, dim=64, dtype=jnp.float32):

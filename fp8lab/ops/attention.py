@@ -416,16 +416,13 @@ def _bf16_cache(x, table, lengths) -> jax.Array:
   (nothing there reaches a product; lengths None: every position is valid), rounded to
   bfloat16 (nearest even). One elementwise fusion over the cache: its bytes in, two bytes
   per value out (none for a contiguous bfloat16 cache of full rows: x itself)."""
-  if not isinstance(x, QuantizedArray) and x.dtype == jnp.bfloat16 and lengths is None:
-    return x if table is None else x[table].reshape((table.shape[0], -1) + x.shape[2:])
-  vals = xla_values(x) if isinstance(x, QuantizedArray) else x.astype(jnp.float32)
+  vals = xla_values(x) if isinstance(x, QuantizedArray) else x
   if table is not None:           # (pool pages, page, Hkv, D) -> (B, pages * page, Hkv, D)
     vals = vals[table].reshape((table.shape[0], -1) + vals.shape[2:])
-  if lengths is None:
-    return vals.astype(jnp.bfloat16)
-  pos = jnp.arange(vals.shape[1], dtype=jnp.int32)
-  valid = pos[None, :] < lengths[:, None]
-  return jnp.where(valid[:, :, None, None], vals, 0.0).astype(jnp.bfloat16)
+  if lengths is not None:
+    pos = jnp.arange(vals.shape[1], dtype=jnp.int32)
+    vals = jnp.where((pos[None, :] < lengths[:, None])[:, :, None, None], vals, 0)
+  return vals.astype(jnp.bfloat16)
 
 
 def _xla_attention(sm_scale: float, qb, kb, vb, lengths, q_positions):
@@ -465,7 +462,7 @@ def _sdpa(implementation: str, sm_scale: float, masking: str, full: bool, q, k, 
   bias it reads for every head. A query that sees no key gets o = 0 and lse = -inf (cuDNN
   leaves such rows undefined; with `full` and no q_positions every query sees a key)."""
   bsz, tq, hq, dim = q.shape
-  cap = table.shape[1] * k.shape[1] if table is not None else k.shape[1]
+  cap = _capacity(k, table, k.shape[1])      # a pool's pages are k.shape[1] positions long
   lengths = jnp.clip(kv_lengths, 0, cap)
   pre = None if full else lengths
   kb, vb = _bf16_cache(k, table, pre), _bf16_cache(v, table, pre)
@@ -514,7 +511,7 @@ def _prefill_call(interpret: bool, sm_scale: float, page_size: int, compute: str
   bsz, tq, hq, dim = q.shape
   hkv = k.shape[2]
   out_dtype = q.dtype
-  capacity = table.shape[1] * page_size if table is not None else k.shape[1]
+  capacity = _capacity(k, table, page_size)
   rotated_v = isinstance(v, QuantizedArray) and v.hadamard is not None
   if isinstance(k, QuantizedArray) and k.hadamard is not None:
     q = _rotate_q(k, q.astype(jnp.float32))
@@ -546,7 +543,7 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
   q_rows = jnp.pad(q_rows, ((0, 0), (0, 0), (0, rows - tq * group), (0, 0)))
   qpos = jnp.repeat(q_positions, group, axis=1)
   qpos = jnp.pad(qpos, ((0, 0), (0, rows - tq * group)), constant_values=_NO_LIMIT)
-  capacity = table.shape[1] * page_size if table is not None else k.shape[1]
+  capacity = _capacity(k, table, page_size)
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
   dots, layout = arith.split(":")          # AttentionConfig.dots, .layout
   cfg = dataclasses.replace(_launch_config(attn_kernel.attention_config(

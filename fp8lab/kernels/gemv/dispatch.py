@@ -138,9 +138,9 @@ def choose(device: str, layout: str, n_out: int, k: int, batch: int,
   """The implementation for a call: its entry's pick (the x dtype's entries where the
   table has that (device, layout, bucket) for x_dtype, else float32 x's), FALLBACK without
   one."""
+  table = TABLE if table is None else table
   keyed = table_layout(layout, x_dtype)
-  table_ = TABLE if table is None else table
-  if keyed != layout and (device, keyed, shape_bucket(n_out, k)) in _index(table_):
+  if keyed != layout and (device, keyed, shape_bucket(n_out, k)) in _index(table):
     layout = keyed
   entry = lookup(device, layout, n_out, k, batch, table)
   return FALLBACK if entry is None else entry.impl
