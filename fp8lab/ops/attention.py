@@ -382,15 +382,29 @@ def _reference(sm_scale: float, page_size: int, q, k, v, kv_lengths, q_positions
   if table is not None:           # (pool pages, page, Hkv, D) -> (B, pages * page, Hkv, D)
     kd = kd[table].reshape((bsz, -1) + kd.shape[2:])
     vd = vd[table].reshape((bsz, -1) + vd.shape[2:])
-  cap, hkv = kd.shape[1], kd.shape[2]
-  pos = jnp.arange(cap, dtype=jnp.int32)
-  valid = pos[None, :] < jnp.clip(kv_lengths, 0, cap)[:, None]             # (B, S)
+  cap = kd.shape[1]
+  valid = jnp.arange(cap, dtype=jnp.int32)[None, :] < jnp.clip(kv_lengths, 0, cap)[:, None]
   # Zero the positions past the length before any product: 0 * NaN never happens.
   kd = jnp.where(valid[:, :, None, None], kd, 0.0)
   vd = jnp.where(valid[:, :, None, None], vd, 0.0)
-  q32 = _rotate_q(k, q.astype(jnp.float32)).reshape(bsz, tq, hkv, hq // hkv, dim)
-  s = jnp.einsum("btkgd,bskd->btkgs", q32, kd, precision=lax.Precision.HIGHEST,
+  q32 = _rotate_q(k, q.astype(jnp.float32))
+  o, lse = _softmax_attention(sm_scale, q32, kd, vd, valid, q_positions,
+                              precision=lax.Precision.HIGHEST)
+  return _unrotate_o(v, o).astype(q.dtype), lse
+
+
+def _softmax_attention(sm_scale: float, q, kd, vd, valid, q_positions, precision=None):
+  """softmax(q K^T sm_scale) V in plain jnp over the positions `valid` (B, S) and <= each
+  query's position: dots in the operands' dtype (q (B, Tq, Hq, D), kd / vd (B, S, Hkv, D))
+  with float32 accumulation, float32 softmax with the row max taken out, P cast to vd's
+  dtype for the P V dot. (o (B, Tq, Hq, D), lse (B, Tq, Hq)) float32; a query that sees no
+  key gets o = 0 and lse = -inf (a NaN score stays NaN)."""
+  bsz, tq, hq, dim = q.shape
+  cap, hkv = kd.shape[1], kd.shape[2]
+  qg = q.reshape(bsz, tq, hkv, hq // hkv, dim)
+  s = jnp.einsum("btkgd,bskd->btkgs", qg, kd, precision=precision,
                  preferred_element_type=jnp.float32) * jnp.float32(sm_scale)
+  pos = jnp.arange(cap, dtype=jnp.int32)
   keep = (valid[:, None, None, None, :]
           & (pos[None, None, None, None, :] <= q_positions[:, :, None, None, None]))
   s = jnp.where(keep, s, -jnp.inf)
@@ -398,13 +412,12 @@ def _reference(sm_scale: float, page_size: int, q, k, v, kv_lengths, q_positions
   m_safe = jnp.where(m == -jnp.inf, 0.0, m)
   p = jnp.where(keep, jnp.exp(s - m_safe), 0.0)
   den = jnp.sum(p, axis=-1)
-  num = jnp.einsum("btkgs,bskd->btkgd", p, vd, precision=lax.Precision.HIGHEST,
+  num = jnp.einsum("btkgs,bskd->btkgd", p.astype(vd.dtype), vd, precision=precision,
                    preferred_element_type=jnp.float32)
-  has = den > 0
+  has = jnp.any(keep, axis=-1)
   o = jnp.where(has[..., None], num / jnp.where(has, den, 1.0)[..., None], 0.0)
   lse = jnp.where(has, m_safe[..., 0] + jnp.log(jnp.where(has, den, 1.0)), -jnp.inf)
-  o = _unrotate_o(v, o.reshape(bsz, tq, hq, dim))
-  return o.astype(q.dtype), lse.reshape(bsz, tq, hq)
+  return o.reshape(bsz, tq, hq, dim), lse.reshape(bsz, tq, hq)
 
 
 # ---------------------------------------------------------------------------- xla / cudnn
@@ -425,37 +438,13 @@ def _bf16_cache(x, table, lengths) -> jax.Array:
   return vals.astype(jnp.bfloat16)
 
 
-def _xla_attention(sm_scale: float, qb, kb, vb, lengths, q_positions):
-  """Attention over bfloat16 operands in plain jnp: bf16 x bf16 -> float32 dots, float32
-  softmax, P rounded to bfloat16 for the P V dot, float32 lse. (o (B, Tq, Hq, D), lse
-  (B, Tq, Hq)) float32; rows that see no key are left to the caller."""
-  bsz, tq, hq, dim = qb.shape
-  cap, hkv = kb.shape[1], kb.shape[2]
-  qg = qb.reshape(bsz, tq, hkv, hq // hkv, dim)
-  s = jnp.einsum("btkgd,bskd->btkgs", qg, kb,
-                 preferred_element_type=jnp.float32) * jnp.float32(sm_scale)
-  pos = jnp.arange(cap, dtype=jnp.int32)
-  keep = ((pos[None, None, :] < lengths[:, None, None])
-          & (pos[None, None, :] <= q_positions[:, :, None]))[:, :, None, None, :]
-  s = jnp.where(keep, s, -jnp.inf)
-  m = jnp.max(s, axis=-1, keepdims=True)
-  m_safe = jnp.where(m == -jnp.inf, 0.0, m)
-  p = jnp.where(keep, jnp.exp(s - m_safe), 0.0)
-  den = jnp.sum(p, axis=-1)
-  num = jnp.einsum("btkgs,bskd->btkgd", p.astype(jnp.bfloat16), vb,
-                   preferred_element_type=jnp.float32)
-  den_safe = jnp.where(den > 0, den, 1.0)
-  o = num / den_safe[..., None]
-  lse = m_safe[..., 0] + jnp.log(den_safe)
-  return o.reshape(bsz, tq, hq, dim), lse.reshape(bsz, tq, hq)
-
-
 def _sdpa(implementation: str, sm_scale: float, masking: str, full: bool, q, k, v,
           kv_lengths, q_positions, table):
   """The "xla" / "cudnn" paths: _bf16_cache's pre-pass, then attention over bfloat16
   q / K / V (float32 softmax and accumulation, P rounded to bfloat16 for the P V dot):
-  "xla" in plain jnp (_xla_attention), "cudnn" cuDNN's fused flash attention (called below
-  jax.nn.dot_product_attention, whose wrapper rounds the log-sum-exp to the output dtype).
+  "xla" in plain jnp (_softmax_attention: the reference's arithmetic on these operands),
+  "cudnn" cuDNN's fused flash attention (called below jax.nn.dot_product_attention, whose
+  wrapper rounds the log-sum-exp to the output dtype).
   cuDNN's masks: kv_lengths as its padding mask (none with `full`: the call had no
   kv_lengths); masking "causal" (query i at position i) as its causal mask; "positions"
   (q_positions given) as a boolean (B, 1, Tq, S) mask, which cuDNN takes as an additive
@@ -484,14 +473,14 @@ def _sdpa(implementation: str, sm_scale: float, masking: str, full: bool, q, k, 
         qb, kb, vb, None, mask, *seqlens, scale=sm_scale, mask_type=mask_type,
         qkv_layout="BTNH", return_residual=True)
     lse = jnp.transpose(lse, (0, 2, 1))                  # cuDNN's (B, Hq, Tq) -> (B, Tq, Hq)
+    if not full or masking == "positions":
+      # the keys each query sees: min(length, q_position + 1) (INT32_MAX positions: the length)
+      seen = jnp.minimum(lengths[:, None], jnp.minimum(q_positions, cap - 1) + 1) > 0
+      o = jnp.where(seen[:, :, None, None], o, jnp.zeros((), o.dtype))
+      lse = jnp.where(seen[:, :, None], lse, -jnp.inf)
   else:
-    o, lse = _xla_attention(sm_scale, qb, kb, vb, lengths, q_positions)
-  lse = lse.astype(jnp.float32)
-  if not full or masking == "positions":
-    # the keys each query sees: min(length, q_position + 1) (INT32_MAX positions: the length)
-    seen = jnp.minimum(lengths[:, None], jnp.minimum(q_positions, cap - 1) + 1) > 0
-    o = jnp.where(seen[:, :, None, None], o, jnp.zeros((), o.dtype))
-    lse = jnp.where(seen[:, :, None], lse, -jnp.inf)
+    valid = jnp.arange(cap, dtype=jnp.int32)[None, :] < lengths[:, None]
+    o, lse = _softmax_attention(sm_scale, qb, kb, vb, valid, q_positions)
   if isinstance(v, QuantizedArray) and v.hadamard is not None:
     o = _unrotate_o(v, o.astype(jnp.float32))
   return o.astype(q.dtype), lse
