@@ -6,8 +6,10 @@ The model (random weights made on the device with jax.random; bf16 activations):
   per layer (--layers, 32):
     x = rmsnorm(h) * g_attn;  q, k, v = x @ W_qkv^T           fused QKV 6144 x 4096
                                                               (32 query heads, 8 KV heads, d 128)
-    the layer's KV cache (B, L, 8, 128) bf16 takes k, v in its last slot, L - 1
-    a = attention(q, cache)                                   cudnn on a GPU, xla on a CPU
+    the layer's KV cache (B, L, 8, 128) takes k, v in its last slot, L - 1
+    a = attention(q, cache)                                   bf16 cache: cudnn on a GPU,
+                                                              xla on a CPU; packed cache:
+                                                              fp8lab.attention
     h = h + a @ W_o^T                                         4096 x 4096
     x = rmsnorm(h) * g_mlp;  g, u = x @ W_gu^T                fused gate-up 28672 x 4096
     h = h + (silu(g) * u) @ W_down^T                          4096 x 14336
@@ -15,7 +17,17 @@ The model (random weights made on the device with jax.random; bf16 activations):
 
 one jitted step for B tokens (one per sequence) against caches of length L, every position
 attended (the caches hold random entries). RoPE is left out (elementwise, no weights). The
-caches are donated, so each step writes its slot in place, as a serving loop would.
+caches are donated, so each step writes its slot in place, as a serving loop would, and each
+timed step takes the tokens the step before chose (greedy generation; the slot stays L - 1,
+so every step does the same work).
+
+KV caches (--kv_formats, for the fp8lab paths; the XLA paths keep bf16):
+  bf16          (B, L, 8, 128) bf16 arrays, a dynamic_update_slice and
+                jax.nn.dot_product_attention (cudnn on a GPU);
+  a format name (e4m3_block: e4m3 with a float32 scale per token and head; e4m3, nvfp4,
+                mxfp4, ...) fp8lab.quantize's packed cache along D, fp8lab.kv_cache_update
+                for the new token and fp8lab.attention (implementation=None: the decode
+                kernel on a GPU; the kernel in interpret mode on a CPU).
 
 Weight paths (--paths), the same model otherwise:
   bf16          XLA: bf16 weights, x @ W^T;
@@ -68,6 +80,7 @@ from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
 from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
 from benchmarks.timing import nbytes  # noqa: E402
+from fp8lab.kernels import attention as attn_kernel  # noqa: E402
 from fp8lab.kernels.gemv import dispatch  # noqa: E402
 
 # Weight path -> fp8lab.quantize format (None: an XLA path).
@@ -99,6 +112,7 @@ LLAMA3_8B = Model()
 SMOKE_MODEL = Model(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128,
                     vocab=256)
 GPU_CASES = ("1x4096", "16x4096", "1x32768")
+BF16_KV = "bf16"
 SMOKE_CASES = ("2x32",)
 
 _PATHS = flags.DEFINE_list("paths", list(PATHS), f"Weight paths, from {', '.join(PATHS)}.")
@@ -114,6 +128,9 @@ _INTERMEDIATE = flags.DEFINE_integer("intermediate", None, "MLP width (14336, 25
 _VOCAB = flags.DEFINE_integer("vocab", None, "Vocabulary (128256, 512 smoke).")
 _SMOKE = flags.DEFINE_bool("smoke", False, "The tiny model even on a GPU (the default on a "
                            "CPU; FP8LAB_BENCH_SMOKE=1 does the same).")
+_KV_FORMATS = flags.DEFINE_list(
+    "kv_formats", [BF16_KV], "KV caches of the fp8lab paths: bf16 (plain arrays, cudnn) and/or "
+    "fp8lab formats of a packed cache (e4m3_block = per token-head scales, e4m3, nvfp4, ...).")
 _FP8LAB_IMPL = flags.DEFINE_enum(
     "fp8lab_implementation", "auto", ["auto", "pallas", "xla"],
     "gemv_packed's implementation for the fp8lab paths: auto = None (the dispatch table on a "
@@ -208,9 +225,28 @@ def _bf16_normal(shape: tuple[int, ...]):
   return jax.jit(lambda key: jax.random.normal(key, shape, jnp.bfloat16))
 
 
-def make_caches(model: Model, batch: int, kv_len: int, seed: int) -> list[tuple[jax.Array, ...]]:
-  """Per layer a (k, v) pair of (B, L, kv_heads, head_dim) bf16 caches of random entries."""
-  make = _bf16_normal((batch, kv_len, model.kv_heads, model.head_dim))
+def kv_block_shape(kv: str, head_dim: int) -> tuple[int, ...] | None:
+  """The packed cache's block shape: one scale per token and head for blockwise FP8 (block
+  (D,)), the format's own blocks otherwise."""
+  return (head_dim,) if fp8lab.get_quantized_format(kv).scaling == "block" else None
+
+
+@functools.lru_cache(maxsize=None)
+def _kv_maker(shape: tuple[int, ...], kv: str):
+  """A jitted key -> one (B, L, kv_heads, head_dim) cache of N(0, 1) entries, bf16 or packed
+  along D in format kv (per-tensor formats: their scale from the entries' amax)."""
+  if kv == BF16_KV:
+    return _bf16_normal(shape)
+  block = kv_block_shape(kv, shape[-1])
+  return jax.jit(lambda key: fp8lab.quantize(jax.random.normal(key, shape, jnp.bfloat16), kv,
+                                             axis=-1, block_shape=block))
+
+
+def make_caches(model: Model, batch: int, kv_len: int, seed: int,
+                kv: str = BF16_KV) -> list[tuple[Any, ...]]:
+  """Per layer a (k, v) pair of (B, L, kv_heads, head_dim) caches of random entries: bf16
+  arrays, or fp8lab QuantizedArrays of format kv."""
+  make = _kv_maker((batch, kv_len, model.kv_heads, model.head_dim), kv)
   caches = [(make(jax.random.key(seed * 7919 + 2 * i)),
              make(jax.random.key(seed * 7919 + 2 * i + 1)))
             for i in range(model.layers)]
@@ -252,9 +288,13 @@ def attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, impl: str) -
   return jax.nn.dot_product_attention(q, k_cache, v_cache, implementation=impl)
 
 
-def make_step(model: Model, linear: Callable, attn_impl: str) -> Callable:
-  """step(params, caches, tokens) -> (next tokens (B,), logits (B, vocab), caches)."""
+def make_step(model: Model, linear: Callable, attn_impl: str, kv: str = BF16_KV,
+              attn_kwargs: dict[str, Any] | None = None) -> Callable:
+  """step(params, caches, tokens) -> (next tokens (B,), logits (B, vocab), caches). kv: the
+  caches' format (make_caches); a packed cache takes fp8lab.kv_cache_update and
+  fp8lab.attention(**attn_kwargs) in place of the bf16 slot update and attention(attn_impl)."""
   hq, hkv, d = model.heads, model.kv_heads, model.head_dim
+  attn_kwargs = attn_kwargs or {}
 
   def step(params, caches, tokens):
     b = tokens.shape[0]
@@ -266,10 +306,17 @@ def make_step(model: Model, linear: Callable, attn_impl: str) -> Callable:
       q = qkv[:, :hq * d].reshape(b, 1, hq, d)
       k = qkv[:, hq * d:(hq + hkv) * d].reshape(b, 1, hkv, d)
       v = qkv[:, (hq + hkv) * d:].reshape(b, 1, hkv, d)
-      slot = (0, kc.shape[1] - 1, 0, 0)                 # the new token takes the last slot
-      kc = lax.dynamic_update_slice(kc, k.astype(kc.dtype), slot)
-      vc = lax.dynamic_update_slice(vc, v.astype(vc.dtype), slot)
-      a = attention(q, kc, vc, attn_impl).reshape(b, hq * d)
+      last = kc.shape[1] - 1                             # the new token takes the last slot
+      if kv == BF16_KV:
+        kc = lax.dynamic_update_slice(kc, k.astype(kc.dtype), (0, last, 0, 0))
+        vc = lax.dynamic_update_slice(vc, v.astype(vc.dtype), (0, last, 0, 0))
+        a = attention(q, kc, vc, attn_impl)
+      else:
+        pos = jnp.full((b,), last, jnp.int32)
+        kc = fp8lab.kv_cache_update(kc, k, pos)
+        vc = fp8lab.kv_cache_update(vc, v, pos)
+        a = fp8lab.attention(q, kc, vc, **attn_kwargs)
+      a = a.reshape(b, hq * d)
       h = h + linear(a, layer["o"])
       gu = linear(_rmsnorm(h, layer["g_mlp"]), layer["gate_up"])
       gate, up = gu[:, :model.intermediate], gu[:, model.intermediate:]
@@ -291,6 +338,7 @@ class Stepper:
 
   def __call__(self, _args=None):
     nxt, self.logits, self.caches = self.compiled(self.params, self.caches, self.tokens)
+    self.tokens = nxt                     # greedy: the next step takes the chosen tokens
     return nxt
 
 
@@ -319,14 +367,19 @@ def max_rel_diff(y, ref) -> float:
 
 def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int, impl,
              interpret: bool, gemv_x_dtype, attn_impl: str, reps: int, warmup: int,
-             check: bool, agree_tol: float, log: Callable[[str], None]) -> list[dict[str, Any]]:
-  """Every case of one weight path: its rows."""
+             check: bool, agree_tol: float, log: Callable[[str], None],
+             kv_formats: tuple[str, ...] = (BF16_KV,)) -> list[dict[str, Any]]:
+  """Every case of one weight path (the fp8lab paths: with each KV format): its rows."""
   rows = []
   t0 = time.perf_counter()
   params = make_params(path, model, seed)
   made_s = round(time.perf_counter() - t0, 2)
   w_bytes = weight_bytes(params)
-  step = make_step(model, make_linear(path, impl, interpret, gemv_x_dtype), attn_impl)
+  linear = make_linear(path, impl, interpret, gemv_x_dtype)
+  kvs = kv_formats if PATHS[path] is not None else (BF16_KV,)
+  # The decode kernel on a GPU (implementation=None), in interpret mode on a CPU.
+  attn_kwargs = {} if jax.default_backend() == "gpu" else {"implementation": "pallas",
+                                                          "interpret": True}
   picks = None
   if PATHS[path] is not None and jax.default_backend() == "gpu" and impl is None:
     # What implementation=None runs for each projection at each batch (dispatch table).
@@ -334,66 +387,83 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
                                                       n, k, b)
              for b, _ in cases for name, (n, k) in model.matrices().items()}
   for batch, kv_len in cases:
-    row: dict[str, Any] = {"path": path, "batch": batch, "kv_len": kv_len,
-                           "weight_bytes": w_bytes, "weights_made_s": made_s,
-                           "implementation": "auto" if impl is None else impl}
-    if picks is not None:
-      row["dispatch"] = {k: v for k, v in picks.items() if k.endswith(f" b={batch}")}
-    try:
-      caches = make_caches(model, batch, kv_len, seed + 1)
-      kv_bytes = nbytes(caches)
-      tokens = jax.random.randint(jax.random.key(seed + 2), (batch,), 0, model.vocab, jnp.int32)
-      t_c = time.perf_counter()
-      compiled = jax.jit(step, donate_argnums=(1,)).lower(params, caches, tokens).compile()
-      row["compile_s"] = round(time.perf_counter() - t_c, 2)
-      run = Stepper(compiled, params, caches, tokens)
-      jax.block_until_ready(run())
-      first_logits = run.logits
-      if check and PATHS[path] is not None:
-        ref_step = make_step(model, make_linear(path, "reference", False, gemv_x_dtype),
-                             attn_impl)
-        ref = jax.jit(ref_step)(params, make_caches(model, batch, kv_len, seed + 1), tokens)[1]
-        row["max_rel_diff_vs_reference"] = max_rel_diff(first_logits, ref)
-        row["agrees"] = bool(row["max_rel_diff_vs_reference"] <= agree_tol)
-        del ref
-      del first_logits
-      t = timing.time_compiled(run, None, reps=reps, warmup=warmup, copies=1)
-      row["timing"] = t.as_dict()
-      row["step_us"] = t.median_us
-      row["tokens_per_s"] = batch / (t.median_us * 1e-6)
-      row["bytes_needed"] = w_bytes + kv_bytes + batch * model.hidden * 2
-      row["GBps"] = row["bytes_needed"] / (t.median_us * 1e-6) / 1e9
-      if jax.default_backend() == "gpu":
-        try:
-          dev = timing.device_kernel_times(run, None, runs=3)
-        except Exception as e:  # pylint: disable=broad-except
-          dev, row["device_error"] = None, f"{type(e).__name__}: {e}"[:300]
-        if dev:
-          row["device_us_per_step"] = sum(map(sum, dev.values())) / 3
-          row["kernels_per_step"] = sum(map(len, dev.values())) / 3
-          row["tokens_per_s_device"] = batch / (row["device_us_per_step"] * 1e-6)
-          row["GBps_device"] = row["bytes_needed"] / (row["device_us_per_step"] * 1e-6) / 1e9
-      row["status"] = "ok"
-      del run, compiled, caches
-    except Exception as e:  # pylint: disable=broad-except
-      # One failing path (a kernel that does not compile, memory) must not lose the others.
-      row["status"] = "error"
-      row["error"] = f"{type(e).__name__}: {e}"[:2000]
-    log(f"{path:>13} B={batch:<3} L={kv_len:<6} " + (
-        f"{row['step_us'] / 1e3:9.3f} ms/step {row['tokens_per_s']:10.1f} tok/s"
-        + (f"  check {row['max_rel_diff_vs_reference']:.2g}"
-           if "max_rel_diff_vs_reference" in row else "")
-        if row["status"] == "ok" else f"ERROR {row['error'][:300]}"))
-    rows.append(row)
-  del params, step
+    for kv in kvs:
+      row = _run_case(path, model, params, linear, batch, kv_len, kv, seed=seed,
+                      attn_impl=attn_impl, attn_kwargs=attn_kwargs, reps=reps, warmup=warmup,
+                      check=check, agree_tol=agree_tol, gemv_x_dtype=gemv_x_dtype)
+      row.update(weight_bytes=w_bytes, weights_made_s=made_s,
+                 implementation="auto" if impl is None else impl)
+      if picks is not None:
+        row["dispatch"] = {k: v for k, v in picks.items() if k.endswith(f" b={batch}")}
+      log(f"{path:>13} kv={kv:<10} B={batch:<3} L={kv_len:<6} " + (
+          f"{row['step_us'] / 1e3:9.3f} ms/step {row['tokens_per_s']:10.1f} tok/s"
+          + (f"  check {row['max_rel_diff_vs_reference']:.2g}"
+             if "max_rel_diff_vs_reference" in row else "")
+          if row["status"] == "ok" else f"ERROR {row['error'][:300]}"))
+      rows.append(row)
+  del params
   gc.collect()
   return rows
+
+
+def _run_case(path: str, model: Model, params, linear: Callable, batch: int, kv_len: int,
+              kv: str, *, seed: int, attn_impl: str, attn_kwargs: dict[str, Any], reps: int,
+              warmup: int, check: bool, agree_tol: float, gemv_x_dtype) -> dict[str, Any]:
+  """One row: path's weights, caches of format kv, batch x kv_len."""
+  row: dict[str, Any] = {"path": path, "kv": kv, "batch": batch, "kv_len": kv_len}
+  try:
+    w_bytes = weight_bytes(params)
+    step = make_step(model, linear, attn_impl, kv, attn_kwargs)
+    caches = make_caches(model, batch, kv_len, seed + 1, kv)
+    kv_bytes = nbytes(caches)
+    tokens = jax.random.randint(jax.random.key(seed + 2), (batch,), 0, model.vocab, jnp.int32)
+    t_c = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(1,)).lower(params, caches, tokens).compile()
+    row["compile_s"] = round(time.perf_counter() - t_c, 2)
+    run = Stepper(compiled, params, caches, tokens)
+    jax.block_until_ready(run())
+    first_logits = run.logits
+    if check and PATHS[path] is not None:
+      # The golden model's GEMV and the reference attention over the same weights and caches.
+      ref_step = make_step(model, make_linear(path, "reference", False, gemv_x_dtype),
+                           attn_impl, kv, {"implementation": "reference"})
+      ref = jax.jit(ref_step)(params, make_caches(model, batch, kv_len, seed + 1, kv),
+                              tokens)[1]
+      row["max_rel_diff_vs_reference"] = max_rel_diff(first_logits, ref)
+      row["agrees"] = bool(row["max_rel_diff_vs_reference"] <= agree_tol)
+      del ref
+    del first_logits
+    t = timing.time_compiled(run, None, reps=reps, warmup=warmup, copies=1)
+    row["timing"] = t.as_dict()
+    row["step_us"] = t.median_us
+    row["tokens_per_s"] = batch / (t.median_us * 1e-6)
+    row["kv_bytes"] = kv_bytes
+    row["bytes_needed"] = w_bytes + kv_bytes + batch * model.hidden * 2
+    row["GBps"] = row["bytes_needed"] / (t.median_us * 1e-6) / 1e9
+    if jax.default_backend() == "gpu":
+      try:
+        dev = timing.device_kernel_times(run, None, runs=3)
+      except Exception as e:  # pylint: disable=broad-except
+        dev, row["device_error"] = None, f"{type(e).__name__}: {e}"[:300]
+      if dev:
+        row["device_us_per_step"] = sum(map(sum, dev.values())) / 3
+        row["kernels_per_step"] = sum(map(len, dev.values())) / 3
+        row["tokens_per_s_device"] = batch / (row["device_us_per_step"] * 1e-6)
+        row["GBps_device"] = row["bytes_needed"] / (row["device_us_per_step"] * 1e-6) / 1e9
+    row["status"] = "ok"
+    del run, compiled, caches
+  except Exception as e:  # pylint: disable=broad-except
+    # One failing path (a kernel that does not compile, memory) must not lose the others.
+    row["status"] = "error"
+    row["error"] = f"{type(e).__name__}: {e}"[:2000]
+  return row
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
   """tokens/s over bf16's at the same case (host, and device where both have it)."""
   base = {(r["batch"], r["kv_len"]): r for r in rows
-          if r["path"] == BASELINE and r.get("status") == "ok"}
+          if r["path"] == BASELINE and r.get("kv", BF16_KV) == BF16_KV
+          and r.get("status") == "ok"}
   for r in rows:
     b = base.get((r["batch"], r["kv_len"]))
     if r.get("status") != "ok" or b is None:
@@ -408,17 +478,20 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def format_table(doc: dict[str, Any]) -> str:
-  head = (f"{'path':<13} {'B':>3} {'L':>6} {'ms/step':>9} {'tok/s':>10} {'vs bf16':>7} "
+  head = (f"{'path':<13} {'kv':<10} {'B':>3} {'L':>6} {'ms/step':>9} {'tok/s':>10} {'vs bf16':>7} "
           f"{'dev ms':>8} {'dev vs':>6} {'GB/s':>7} {'check':>8}")
   lines = [head, "-" * len(head)]
   order = {p: i for i, p in enumerate(PATHS)}
-  for r in sorted(doc["rows"], key=lambda r: (r["batch"], r["kv_len"], order[r["path"]])):
+  for r in sorted(doc["rows"], key=lambda r: (r["batch"], r["kv_len"], order[r["path"]],
+                                              r.get("kv", BF16_KV) != BF16_KV)):
+    kv = r.get("kv", BF16_KV)
     if r.get("status") != "ok":
-      lines.append(f"{r['path']:<13} {r['batch']:>3} {r['kv_len']:>6} ERROR {r['error'][:80]}")
+      lines.append(f"{r['path']:<13} {kv:<10} {r['batch']:>3} {r['kv_len']:>6} ERROR "
+                   f"{r['error'][:80]}")
       continue
     dev = r.get("device_us_per_step")
     lines.append(
-        f"{r['path']:<13} {r['batch']:>3} {r['kv_len']:>6} {r['step_us'] / 1e3:9.3f} "
+        f"{r['path']:<13} {kv:<10} {r['batch']:>3} {r['kv_len']:>6} {r['step_us'] / 1e3:9.3f} "
         f"{r['tokens_per_s']:10.1f} {_fmt(r.get('vs_bf16'), '7.2f')} "
         f"{_fmt(None if dev is None else dev / 1e3, '8.3f')} "
         f"{_fmt(r.get('vs_bf16_device'), '6.2f')} {r['GBps']:7.1f} "
@@ -440,6 +513,13 @@ def main(argv: list[str]) -> None:
   model = dataclasses.replace(base, **{k: v for k, v in given.items() if v is not None})
   with cli.usage_errors():
     cli.check_choices("path", _PATHS.value, PATHS)
+    kv_formats = tuple(_KV_FORMATS.value)
+    for kv in kv_formats:
+      if kv != BF16_KV:
+        qf = fp8lab.get_quantized_format(kv)      # ValueError for an unknown format
+        block = kv_block_shape(kv, model.head_dim) or qf.block_shape
+        if not attn_kernel.serves(kv, block):
+          raise ValueError(f"KV format {kv!r} is not one fp8lab.attention's kernel takes")
     cases = [parse_case(c) for c in (_CASES.value or (SMOKE_CASES if smoke else GPU_CASES))]
     if model.heads % model.kv_heads:
       raise ValueError(f"heads {model.heads} is not a multiple of kv_heads {model.kv_heads}")
@@ -471,7 +551,8 @@ def main(argv: list[str]) -> None:
                    "warmup": warmup, "fp8lab_implementation": _FP8LAB_IMPL.value,
                    "interpret": interpret, "gemv_x_dtype": _GEMV_X_DTYPE.value,
                    "attention": attn_impl, "check": check, "agree_tol": _AGREE_TOL.value,
-                   "seed": _SEED.value, "time_budget_s": _TIME_BUDGET_S.value},
+                   "seed": _SEED.value, "time_budget_s": _TIME_BUDGET_S.value,
+                   "kv_formats": list(kv_formats)},
       "rows": [], "skipped": [],
   }
   log(f"{doc['machine']['device_kind']} ({backend}), jax {jax.__version__}; model {model}; "
@@ -493,7 +574,7 @@ def main(argv: list[str]) -> None:
     doc["rows"] += run_path(path, model, cases, seed=_SEED.value, impl=impl,
                             interpret=interpret, gemv_x_dtype=jnp.dtype(_GEMV_X_DTYPE.value),
                             attn_impl=attn_impl, reps=reps, warmup=warmup, check=check,
-                            agree_tol=_AGREE_TOL.value, log=log)
+                            agree_tol=_AGREE_TOL.value, log=log, kv_formats=kv_formats)
     write()
   print()
   print(format_table(doc))

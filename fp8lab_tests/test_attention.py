@@ -922,6 +922,21 @@ def test_errors_before_tracing(monkeypatch):
     upd(k, jnp.zeros((bsz, 1, hkv, 64)), jnp.array([0, 1], jnp.int32), scale=1.0)
 
 
+def test_default_launch_per_format():
+  """attention_config: one pipeline stage when K and V both hold 4-bit codes (D <= 128,
+  compiled), two otherwise (a mixed pair, 8-bit codes, D = 256, interpret mode); the rest of
+  the launch does not depend on the format."""
+  plan = lambda f: AK.kv_plan(_kv(f, jnp.zeros((1, 64, 1, 128))), 128)
+  fp4, fp8 = (plan("nvfp4"), plan("mxfp4")), (plan("e4m3_block"), plan("e4m3"))
+  cfg = lambda plans, dim=128, interpret=False: AK.attention_config(8, 8, 131072, dim,
+                                                                    interpret, plans)
+  assert cfg(fp4).num_stages == 1 and cfg(fp4[:1]).num_stages == 1
+  assert cfg(fp8).num_stages == 2 and cfg((fp4[0], fp8[0])).num_stages == 2
+  assert cfg(()).num_stages == 2
+  assert cfg(fp4, dim=256).num_stages == 2 and cfg(fp4, interpret=True).num_stages == 2
+  assert dataclasses.replace(cfg(fp4), num_stages=2) == cfg(fp8) == cfg(())
+
+
 @pytest.mark.parametrize("cfg", ["32:1:1:2", "16:2:1:0.5"])
 def test_launch_config_env(monkeypatch, cfg):
   """FP8LAB_ATTENTION_CONFIG (the tuning runs' launch) gives results within the bound."""

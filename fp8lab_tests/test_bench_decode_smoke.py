@@ -45,14 +45,14 @@ _WEIGHT_BYTES = {
 _KV_BYTES = 2 * 2 * 2 * 32 * 2 * 16 * 2
 
 
-def _run(tmp_path, paths):
+def _run(tmp_path, paths, *extra):
   out = tmp_path / "decode.json"
   env = dict(os.environ, JAX_PLATFORMS="cpu",
              PYTHONPATH=os.pathsep.join(p for p in (_REPO, os.environ.get("PYTHONPATH")) if p))
   env.pop("FP8LAB_BENCH_SMOKE", None)
   proc = subprocess.run(
       [sys.executable, os.path.join(_REPO, "benchmarks", "bench_decode.py"), f"--out={out}",
-       f"--paths={','.join(paths)}", "--reps=2", "--warmup=0", "--copy_gib=0"],
+       f"--paths={','.join(paths)}", "--reps=2", "--warmup=0", "--copy_gib=0", *extra],
       cwd=_REPO, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   return json.loads(out.read_text()), proc.stdout
@@ -94,3 +94,38 @@ def test_smoke_decode_step(tmp_path):
 def test_smoke_decode_step_every_path(tmp_path):
   paths = ["bf16", "xla_e4m3", "fp8lab_e4m3", "fp8lab_nvfp4", "fp8lab_mxfp4"]
   _check(*_run(tmp_path, paths), paths)
+
+
+# The packed-KV smoke model: D = 64 (fp8lab.attention's smallest head dimension), 2 query
+# heads, 1 KV head; hidden 64. Per layer: QKV (2 + 2) * 64 = 256 x 64, o 64 x 128,
+# gate-up 256 x 64, down 64 x 128; LM head 256 x 64.
+_KV_LAYER_PARAMS = 256 * 64 + 64 * 128 + 256 * 64 + 64 * 128
+_KV_E4M3_WEIGHTS = 2 * _KV_LAYER_PARAMS + 256 * 64 + 4 * 9 + _GAINS
+# (k, v) x 2 layers of (B 2, L 32, 1 head, 64): bf16; e4m3 codes + a float32 scale per token
+# and head; nvfp4 codes (half a byte) + an E4M3 byte per 16 + a float32 tensor scale.
+_KV_CACHE_BYTES = {"bf16": 4 * 2 * 32 * 64 * 2, "e4m3_block": 4 * 2 * 32 * (64 + 4),
+                   "nvfp4": 4 * (2 * 32 * (32 + 4) + 4)}
+
+
+def test_smoke_decode_step_packed_kv(tmp_path):
+  """fp8lab.kv_cache_update + fp8lab.attention (the kernel in interpret mode) over packed
+  caches inside the step: rows per KV format, bytes counted by hand, logits against the
+  golden model's GEMV and the reference attention over the same packed caches."""
+  doc, stdout = _run(tmp_path, ["bf16", "fp8lab_e4m3"], "--kv_formats=e4m3_block,nvfp4",
+                     "--head_dim=64", "--heads=2", "--kv_heads=1")
+  assert doc["settings"]["kv_formats"] == ["e4m3_block", "nvfp4"]
+  rows = {(r["path"], r["kv"]): r for r in doc["rows"]}
+  # the XLA baseline keeps its bf16 cache; the fp8lab path takes each packed format
+  assert set(rows) == {("bf16", "bf16"), ("fp8lab_e4m3", "e4m3_block"),
+                       ("fp8lab_e4m3", "nvfp4")}
+  for (path, kv), r in rows.items():
+    assert r["status"] == "ok", r.get("error")
+    assert r["kv_bytes"] == _KV_CACHE_BYTES[kv], (path, kv)
+    assert r["bytes_needed"] == r["weight_bytes"] + r["kv_bytes"] + 2 * 64 * 2
+    assert r["vs_bf16"] == pytest.approx(r["tokens_per_s"]
+                                         / rows[("bf16", "bf16")]["tokens_per_s"])
+    if path == "fp8lab_e4m3":
+      assert r["weight_bytes"] == _KV_E4M3_WEIGHTS
+      assert 0 <= r["max_rel_diff_vs_reference"] <= doc["settings"]["agree_tol"]
+      assert r["agrees"] is True
+  assert "e4m3_block" in stdout and "nvfp4" in stdout

@@ -536,7 +536,7 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
   dots, layout = arith.split(":")          # AttentionConfig.dots, .layout
   cfg = dataclasses.replace(_launch_config(attn_kernel.attention_config(
-      bsz, hkv, capacity, dim, interpret)), dots=dots, layout=layout)
+      bsz, hkv, capacity, dim, interpret, (kplan, vplan))), dots=dots, layout=layout)
   o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
                                         vplan=vplan, capacity=capacity, page_size=page_size,
                                         sm_scale=sm_scale, config=cfg, interpret=interpret)

@@ -105,14 +105,14 @@ def _next_pow2(n: int) -> int:
 
 
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
-                     interpret: bool = False) -> AttentionConfig:
+                     interpret: bool = False, plans: tuple[KVPlan, ...] = ()) -> AttentionConfig:
   """The default launch (f16 dots, planes layout, decode "auto"). D <= 128: one-warp
-  programs of block_s 32, 2 stages, and enough KV splits that B * Hkv * n_splits fills eight
-  waves of the device's SMs (small programs, many in flight: the fastest variant for e4m3
-  and nvfp4 at B = 8 / 1, KV 32K / 128K on the H200, benchmarks/results/
-  attention_configs_h200_20261202_1125.json); D = 256: block_s 32 with 4 warps over two
-  waves (its K / V tiles live in registers). n_splits is a power of two, no more than the
-  cache has blocks. With interpret=True: block_s 128 (D <= 128) over two waves."""
+  programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, holds 4-bit
+  codes: 8 planes per word), and enough KV splits that B * Hkv * n_splits fills eight waves
+  of the device's SMs; D = 256: block_s 32 with 4 warps over two waves (its K / V tiles live
+  in registers). n_splits is a power of two, no more than the cache has blocks. The choice
+  and its measured data: docs/attention_kernel.md section 3 (the launch probe). With
+  interpret=True: block_s 128 (D <= 128) over two waves, 2 stages."""
   small = dim <= 128
   # Interpret mode (CPU tests) keeps the earlier block_s 128 over two waves: the same kernel
   # code, 16x fewer interpreted program steps; the compiled tests run the GPU's launch.
@@ -121,8 +121,10 @@ def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
   blocks = -(-capacity // block_s)
   want = -(-waves * device.sm_count(interpret) // max(1, batch * kv_heads))
   n_splits = min(_next_pow2(want), _next_pow2(blocks))
+  fp4 = bool(plans) and all(p.per_word == 8 for p in plans)
+  stages = 1 if (fp4 and small and not interpret) else 2
   return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits),
-                         num_warps=1 if small else 4, num_stages=2)
+                         num_warps=1 if small else 4, num_stages=stages)
 
 
 def _trunc_bf16(x):
