@@ -923,16 +923,16 @@ def test_errors_before_tracing(monkeypatch):
 
 
 def test_default_launch_per_format():
-  """attention_config: one pipeline stage when K and V both hold 4-bit codes (D <= 128,
-  compiled), two otherwise (a mixed pair, 8-bit codes, D = 256, interpret mode); the rest of
-  the launch does not depend on the format."""
+  """attention_config: one pipeline stage when K and V are both NVFP4 (D <= 128, compiled),
+  two otherwise (mxfp4, a mixed pair, 8-bit codes, D = 256, interpret mode); the rest of the
+  launch does not depend on the format."""
   plan = lambda f: AK.kv_plan(_kv(f, jnp.zeros((1, 64, 1, 128))), 128)
-  fp4, fp8 = (plan("nvfp4"), plan("mxfp4")), (plan("e4m3_block"), plan("e4m3"))
+  fp4, fp8 = (plan("nvfp4"), plan("nvfp4")), (plan("e4m3_block"), plan("e4m3"))
   cfg = lambda plans, dim=128, interpret=False: AK.attention_config(8, 8, 131072, dim,
                                                                     interpret, plans)
   assert cfg(fp4).num_stages == 1 and cfg(fp4[:1]).num_stages == 1
   assert cfg(fp8).num_stages == 2 and cfg((fp4[0], fp8[0])).num_stages == 2
-  assert cfg(()).num_stages == 2
+  assert cfg(()).num_stages == 2 and cfg((plan("mxfp4"),) * 2).num_stages == 2
   assert cfg(fp4, dim=256).num_stages == 2 and cfg(fp4, interpret=True).num_stages == 2
   assert dataclasses.replace(cfg(fp4), num_stages=2) == cfg(fp8) == cfg(())
 

@@ -107,8 +107,8 @@ def _next_pow2(n: int) -> int:
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
                      interpret: bool = False, plans: tuple[KVPlan, ...] = ()) -> AttentionConfig:
   """The default launch (f16 dots, planes layout, decode "auto"). D <= 128: one-warp
-  programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, holds 4-bit
-  codes: 8 planes per word), and enough KV splits that B * Hkv * n_splits fills eight waves
+  programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, is NVFP4: on
+  the H200 nvfp4 ran 8% faster with one stage, mxfp4 on its bf16x3 fallback dots 12% slower), and enough KV splits that B * Hkv * n_splits fills eight waves
   of the device's SMs; D = 256: block_s 32 with 4 warps over two waves (its K / V tiles live
   in registers). n_splits is a power of two, no more than the cache has blocks. The choice
   and its measured data: docs/attention_kernel.md section 3 (the launch probe). With
@@ -121,8 +121,8 @@ def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
   blocks = -(-capacity // block_s)
   want = -(-waves * device.sm_count(interpret) // max(1, batch * kv_heads))
   n_splits = min(_next_pow2(want), _next_pow2(blocks))
-  fp4 = bool(plans) and all(p.per_word == 8 for p in plans)
-  stages = 1 if (fp4 and small and not interpret) else 2
+  nvfp4 = bool(plans) and all(p.kind == "nvfp4" for p in plans)
+  stages = 1 if (nvfp4 and small and not interpret) else 2
   return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits),
                          num_warps=1 if small else 4, num_stages=stages)
 
