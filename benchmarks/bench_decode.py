@@ -112,8 +112,8 @@ LLAMA3_8B = Model()
 SMOKE_MODEL = Model(layers=2, hidden=64, heads=4, kv_heads=2, head_dim=16, intermediate=128,
                     vocab=256)
 GPU_CASES = ("1x4096", "16x4096", "1x32768")
-BF16_KV = "bf16"
 SMOKE_CASES = ("2x32",)
+BF16_KV = "bf16"           # --kv_formats' plain bf16 cache (cudnn); the others are packed
 
 _PATHS = flags.DEFINE_list("paths", list(PATHS), f"Weight paths, from {', '.join(PATHS)}.")
 _CASES = flags.DEFINE_list(
@@ -388,7 +388,7 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
              for b, _ in cases for name, (n, k) in model.matrices().items()}
   for batch, kv_len in cases:
     for kv in kvs:
-      row = _run_case(path, model, params, linear, batch, kv_len, kv, seed=seed,
+      row = _run_case(path, model, params, w_bytes, linear, batch, kv_len, kv, seed=seed,
                       attn_impl=attn_impl, attn_kwargs=attn_kwargs, reps=reps, warmup=warmup,
                       check=check, agree_tol=agree_tol, gemv_x_dtype=gemv_x_dtype)
       row.update(weight_bytes=w_bytes, weights_made_s=made_s,
@@ -406,13 +406,13 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
   return rows
 
 
-def _run_case(path: str, model: Model, params, linear: Callable, batch: int, kv_len: int,
-              kv: str, *, seed: int, attn_impl: str, attn_kwargs: dict[str, Any], reps: int,
-              warmup: int, check: bool, agree_tol: float, gemv_x_dtype) -> dict[str, Any]:
-  """One row: path's weights, caches of format kv, batch x kv_len."""
+def _run_case(path: str, model: Model, params, w_bytes: int, linear: Callable, batch: int,
+              kv_len: int, kv: str, *, seed: int, attn_impl: str, attn_kwargs: dict[str, Any],
+              reps: int, warmup: int, check: bool, agree_tol: float,
+              gemv_x_dtype) -> dict[str, Any]:
+  """One row: path's weights (w_bytes of them), caches of format kv, batch x kv_len."""
   row: dict[str, Any] = {"path": path, "kv": kv, "batch": batch, "kv_len": kv_len}
   try:
-    w_bytes = weight_bytes(params)
     step = make_step(model, linear, attn_impl, kv, attn_kwargs)
     caches = make_caches(model, batch, kv_len, seed + 1, kv)
     kv_bytes = nbytes(caches)
@@ -478,8 +478,8 @@ def _fmt(v: Any, spec: str) -> str:
 
 
 def format_table(doc: dict[str, Any]) -> str:
-  head = (f"{'path':<13} {'kv':<10} {'B':>3} {'L':>6} {'ms/step':>9} {'tok/s':>10} {'vs bf16':>7} "
-          f"{'dev ms':>8} {'dev vs':>6} {'GB/s':>7} {'check':>8}")
+  head = (f"{'path':<13} {'kv':<10} {'B':>3} {'L':>6} {'ms/step':>9} {'tok/s':>10} "
+          f"{'vs bf16':>7} {'dev ms':>8} {'dev vs':>6} {'GB/s':>7} {'check':>8}")
   lines = [head, "-" * len(head)]
   order = {p: i for i, p in enumerate(PATHS)}
   for r in sorted(doc["rows"], key=lambda r: (r["batch"], r["kv_len"], order[r["path"]],

@@ -107,12 +107,12 @@ def _next_pow2(n: int) -> int:
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
                      interpret: bool = False, plans: tuple[KVPlan, ...] = ()) -> AttentionConfig:
   """The default launch (f16 dots, planes layout, decode "auto"). D <= 128: one-warp
-  programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, is NVFP4: on
-  the H200 nvfp4 ran 8% faster with one stage, mxfp4 on its bf16x3 fallback dots 12% slower), and enough KV splits that B * Hkv * n_splits fills eight waves
-  of the device's SMs; D = 256: block_s 32 with 4 warps over two waves (its K / V tiles live
-  in registers). n_splits is a power of two, no more than the cache has blocks. The choice
-  and its measured data: docs/attention_kernel.md section 3 (the launch probe). With
-  interpret=True: block_s 128 (D <= 128) over two waves, 2 stages."""
+  programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, is NVFP4),
+  and enough KV splits that B * Hkv * n_splits fills eight waves of the device's SMs;
+  D = 256: block_s 32 with 4 warps over two waves (its K / V tiles live in registers).
+  n_splits is a power of two, no more than the cache has blocks. The choice and its
+  measured data: docs/attention_kernel.md section 3 (the launch probe). With interpret=True:
+  block_s 128 (D <= 128) over two waves, 2 stages."""
   small = dim <= 128
   # Interpret mode (CPU tests) keeps the earlier block_s 128 over two waves: the same kernel
   # code, 16x fewer interpreted program steps; the compiled tests run the GPU's launch.
