@@ -107,17 +107,21 @@ _KV_CACHE_BYTES = {"bf16": 4 * 2 * 32 * 64 * 2, "e4m3_block": 4 * 2 * 32 * (64 +
                    "nvfp4": 4 * (2 * 32 * (32 + 4) + 4)}
 
 
-def test_smoke_decode_step_packed_kv(tmp_path):
+# The default run takes the per-token-head e4m3 cache; both packed formats (a row each) run
+# with FP8LAB_SLOW_TESTS=1.
+@pytest.mark.parametrize("kv_formats", [["e4m3_block"],
+                                        pytest.param(["e4m3_block", "nvfp4"],
+                                                     marks=pytest.mark.slow)])
+def test_smoke_decode_step_packed_kv(tmp_path, kv_formats):
   """fp8lab.kv_cache_update + fp8lab.attention (the kernel in interpret mode) over packed
   caches inside the step: rows per KV format, bytes counted by hand, logits against the
   golden model's GEMV and the reference attention over the same packed caches."""
-  doc, stdout = _run(tmp_path, ["bf16", "fp8lab_e4m3"], "--kv_formats=e4m3_block,nvfp4",
+  doc, stdout = _run(tmp_path, ["bf16", "fp8lab_e4m3"], f"--kv_formats={','.join(kv_formats)}",
                      "--head_dim=64", "--heads=2", "--kv_heads=1")
-  assert doc["settings"]["kv_formats"] == ["e4m3_block", "nvfp4"]
+  assert doc["settings"]["kv_formats"] == kv_formats
   rows = {(r["path"], r["kv"]): r for r in doc["rows"]}
   # the XLA baseline keeps its bf16 cache; the fp8lab path takes each packed format
-  assert set(rows) == {("bf16", "bf16"), ("fp8lab_e4m3", "e4m3_block"),
-                       ("fp8lab_e4m3", "nvfp4")}
+  assert set(rows) == {("bf16", "bf16")} | {("fp8lab_e4m3", kv) for kv in kv_formats}
   for (path, kv), r in rows.items():
     assert r["status"] == "ok", r.get("error")
     assert r["kv_bytes"] == _KV_CACHE_BYTES[kv], (path, kv)
@@ -128,4 +132,4 @@ def test_smoke_decode_step_packed_kv(tmp_path):
       assert r["weight_bytes"] == _KV_E4M3_WEIGHTS
       assert 0 <= r["max_rel_diff_vs_reference"] <= doc["settings"]["agree_tol"]
       assert r["agrees"] is True
-  assert "e4m3_block" in stdout and "nvfp4" in stdout
+  assert all(kv in stdout for kv in kv_formats)

@@ -372,7 +372,10 @@ def test_scale_decoders_every_code(kind):
 # The fp8 formats and NVFP4 (its E4M3 scales) again with the native decode
 # (FP8LAB_GEMV_NATIVE_FP8=1), the e2m1 formats with the asm decode (FormatPlan.asm_e2m1,
 # through gemv_pallas; in interpret mode gemv_packed takes the shift-and-mask route).
-_EXACT_CASES = [(name, b, X_DTYPES[(i + j) % 3], decode)
+# The default run takes the native and asm decodes at batches 1 and 16 (the two dot widths
+# of the small batches); their batches 3 and 64 / 5 run with FP8LAB_SLOW_TESTS=1 and on the GPU.
+_EXACT_CASES = [pytest.param(name, b, X_DTYPES[(i + j) % 3], decode,
+                             marks=[pytest.mark.slow] if decode != "integer" and j % 2 else [])
                 for i, name in enumerate(FORMATS)
                 for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4", "nvfp4") else 5))
                 for decode in ("integer",)
@@ -418,7 +421,8 @@ def _bound(xv: np.ndarray, deq: np.ndarray, xdt, name: str | None = None
 
 
 @pytest.mark.parametrize("name,batch,xdt", grid(
-    list(FORMATS), [(1, jnp.float32), (2, jnp.bfloat16), (33, jnp.float32), (8, jnp.float16)]))
+    list(FORMATS), [(1, jnp.float32), (2, jnp.bfloat16), (33, jnp.float32), (8, jnp.float16)],
+    cover=True))
 def test_random_within_float32_bound(name, batch, xdt):
   fmt, _, block = FORMATS[name]
   key = jax.random.key(hash((name, batch)) % 2**31)
@@ -793,9 +797,18 @@ def test_xprep_kernel_checks_its_tiles():
     GX._prep_x_pallas(x, 4, 16, 4, "code", 4, None, 8, 1, interpret=True)
 
 
-@pytest.mark.parametrize("name,batch,batch_block,k_splits", grid(
-    ["e4m3", "e5m2", "mxfp8", "mxfp4", "nvfp4", "nvfp4_2d", "f16", "bf16"],
-    [(3, 0, 1), (20, 8, 2)]))
+def _slow_unless(cases, keep):
+  """grid()'s cases with those whose first value is not in `keep` marked slow too."""
+  return [c if (c.values if hasattr(c, "values") else c)[0] in keep
+          else pytest.param(*(c.values if hasattr(c, "values") else c), marks=pytest.mark.slow)
+          for c in cases]
+
+
+# By default the four format families (fp8, MX 4-bit, NVFP4, 16-bit weights), each with one
+# of the two configs; every pair with FP8LAB_SLOW_TESTS=1.
+@pytest.mark.parametrize("name,batch,batch_block,k_splits", _slow_unless(grid(
+    ["e4m3", "mxfp4", "nvfp4", "bf16", "e5m2", "mxfp8", "nvfp4_2d", "f16"],
+    [(3, 0, 1), (20, 8, 2)]), keep=("e4m3", "mxfp4", "nvfp4", "bf16")))
 def test_chained_dots_give_the_same_exact_sums(name, batch, batch_block, k_splits):
   """GemvConfig.chain_dots (each plane's dot added to the accumulator in turn) on small
   integers, with K splits and batch blocks: every sum is exact, so both orders must give

@@ -565,7 +565,11 @@ def test_repr_is_readable():
   assert "tensor_scale=float32[]" in repr(q)
 
 
-@pytest.mark.parametrize("fmt", fp8lab.QUANTIZED_FORMATS)
+# One format of each kind by default (per tensor, MX 8- and 4-bit, NVFP4, blockwise); the
+# e5m2 twins and the 16-bit formats with FP8LAB_SLOW_TESTS=1.
+@pytest.mark.parametrize("fmt", [
+    f if f in ("e4m3", "mxfp8", "mxfp4", "nvfp4", "e4m3_block")
+    else pytest.param(f, marks=pytest.mark.slow) for f in fp8lab.QUANTIZED_FORMATS])
 def test_jit_vmap_and_tree_map(fmt):
   rng = np.random.default_rng(0)
   xs = (rng.normal(size=(3, 4, 40)) * 10).astype(np.float32)
