@@ -135,6 +135,11 @@ _FP8LAB_IMPL = flags.DEFINE_enum(
     "fp8lab_implementation", "auto", ["auto", "pallas", "xla"],
     "gemv_packed's implementation for the fp8lab paths: auto = None (the dispatch table on a "
     "GPU), pallas (the kernel), xla (jnp over the packed words).")
+_KV_UPDATE = flags.DEFINE_enum(
+    "kv_update", "auto", ["auto", "pallas", "reference"],
+    "fp8lab.kv_cache_update's implementation for the packed caches: auto = None (the "
+    "quantize kernel on a GPU where it serves the format), pallas, reference (the golden "
+    "model; on a GPU its while loops make the step ~6x slower, docs/results.md).")
 _GEMV_X_DTYPE = flags.DEFINE_enum(
     "gemv_x_dtype", "bfloat16", ["bfloat16", "float32"],
     "dtype of x handed to gemv_packed (the activations are bf16; float32 casts them first).")
@@ -289,12 +294,14 @@ def attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, impl: str) -
 
 
 def make_step(model: Model, linear: Callable, attn_impl: str, kv: str = BF16_KV,
-              attn_kwargs: dict[str, Any] | None = None) -> Callable:
+              attn_kwargs: dict[str, Any] | None = None, kv_update: str = "auto") -> Callable:
   """step(params, caches, tokens) -> (next tokens (B,), logits (B, vocab), caches). kv: the
-  caches' format (make_caches); a packed cache takes fp8lab.kv_cache_update and
-  fp8lab.attention(**attn_kwargs) in place of the bf16 slot update and attention(attn_impl)."""
+  caches' format (make_caches); a packed cache takes fp8lab.kv_cache_update (its
+  implementation: kv_update, "auto" = None) and fp8lab.attention(**attn_kwargs) in place of
+  the bf16 slot update and attention(attn_impl)."""
   hq, hkv, d = model.heads, model.kv_heads, model.head_dim
   attn_kwargs = attn_kwargs or {}
+  kv_update_kwargs = {} if kv_update == "auto" else {"implementation": kv_update}
 
   def step(params, caches, tokens):
     b = tokens.shape[0]
@@ -313,8 +320,8 @@ def make_step(model: Model, linear: Callable, attn_impl: str, kv: str = BF16_KV,
         a = attention(q, kc, vc, attn_impl)
       else:
         pos = jnp.full((b,), last, jnp.int32)
-        kc = fp8lab.kv_cache_update(kc, k, pos)
-        vc = fp8lab.kv_cache_update(vc, v, pos)
+        kc = fp8lab.kv_cache_update(kc, k, pos, **kv_update_kwargs)
+        vc = fp8lab.kv_cache_update(vc, v, pos, **kv_update_kwargs)
         a = fp8lab.attention(q, kc, vc, **attn_kwargs)
       a = a.reshape(b, hq * d)
       h = h + linear(a, layer["o"])
@@ -368,7 +375,8 @@ def max_rel_diff(y, ref) -> float:
 def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int, impl,
              interpret: bool, gemv_x_dtype, attn_impl: str, reps: int, warmup: int,
              check: bool, agree_tol: float, log: Callable[[str], None],
-             kv_formats: tuple[str, ...] = (BF16_KV,)) -> list[dict[str, Any]]:
+             kv_formats: tuple[str, ...] = (BF16_KV,),
+             kv_update: str = "auto") -> list[dict[str, Any]]:
   """Every case of one weight path (the fp8lab paths: with each KV format): its rows."""
   rows = []
   t0 = time.perf_counter()
@@ -390,7 +398,8 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
     for kv in kvs:
       row = _run_case(path, model, params, w_bytes, linear, batch, kv_len, kv, seed=seed,
                       attn_impl=attn_impl, attn_kwargs=attn_kwargs, reps=reps, warmup=warmup,
-                      check=check, agree_tol=agree_tol, gemv_x_dtype=gemv_x_dtype)
+                      check=check, agree_tol=agree_tol, gemv_x_dtype=gemv_x_dtype,
+                      kv_update=kv_update)
       row.update(weight_bytes=w_bytes, weights_made_s=made_s,
                  implementation="auto" if impl is None else impl)
       if picks is not None:
@@ -409,11 +418,11 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
 def _run_case(path: str, model: Model, params, w_bytes: int, linear: Callable, batch: int,
               kv_len: int, kv: str, *, seed: int, attn_impl: str, attn_kwargs: dict[str, Any],
               reps: int, warmup: int, check: bool, agree_tol: float,
-              gemv_x_dtype) -> dict[str, Any]:
+              gemv_x_dtype, kv_update: str = "auto") -> dict[str, Any]:
   """One row: path's weights (w_bytes of them), caches of format kv, batch x kv_len."""
   row: dict[str, Any] = {"path": path, "kv": kv, "batch": batch, "kv_len": kv_len}
   try:
-    step = make_step(model, linear, attn_impl, kv, attn_kwargs)
+    step = make_step(model, linear, attn_impl, kv, attn_kwargs, kv_update)
     caches = make_caches(model, batch, kv_len, seed + 1, kv)
     kv_bytes = nbytes(caches)
     tokens = jax.random.randint(jax.random.key(seed + 2), (batch,), 0, model.vocab, jnp.int32)
@@ -552,7 +561,7 @@ def main(argv: list[str]) -> None:
                    "interpret": interpret, "gemv_x_dtype": _GEMV_X_DTYPE.value,
                    "attention": attn_impl, "check": check, "agree_tol": _AGREE_TOL.value,
                    "seed": _SEED.value, "time_budget_s": _TIME_BUDGET_S.value,
-                   "kv_formats": list(kv_formats)},
+                   "kv_formats": list(kv_formats), "kv_update": _KV_UPDATE.value},
       "rows": [], "skipped": [],
   }
   log(f"{doc['machine']['device_kind']} ({backend}), jax {jax.__version__}; model {model}; "
@@ -574,7 +583,8 @@ def main(argv: list[str]) -> None:
     doc["rows"] += run_path(path, model, cases, seed=_SEED.value, impl=impl,
                             interpret=interpret, gemv_x_dtype=jnp.dtype(_GEMV_X_DTYPE.value),
                             attn_impl=attn_impl, reps=reps, warmup=warmup, check=check,
-                            agree_tol=_AGREE_TOL.value, log=log, kv_formats=kv_formats)
+                            agree_tol=_AGREE_TOL.value, log=log, kv_formats=kv_formats,
+                            kv_update=_KV_UPDATE.value)
     write()
   print()
   print(format_table(doc))
