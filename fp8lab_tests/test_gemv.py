@@ -799,9 +799,9 @@ def test_xprep_kernel_checks_its_tiles():
 
 def _slow_unless(cases, keep):
   """grid()'s cases with those whose first value is not in `keep` marked slow too."""
-  return [c if (c.values if hasattr(c, "values") else c)[0] in keep
-          else pytest.param(*(c.values if hasattr(c, "values") else c), marks=pytest.mark.slow)
-          for c in cases]
+  values = [c.values if hasattr(c, "values") else c for c in cases]
+  return [c if v[0] in keep else pytest.param(*v, marks=pytest.mark.slow)
+          for c, v in zip(cases, values)]
 
 
 # By default the four format families (fp8, MX 4-bit, NVFP4, 16-bit weights), each with one

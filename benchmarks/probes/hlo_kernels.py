@@ -36,12 +36,16 @@ _X_DTYPE = flags.DEFINE_enum("x_dtype", "float32", ["float32", "bfloat16", "floa
 _WIDTH = flags.DEFINE_integer("width", 260, "Characters printed per HLO line.")
 
 
-def entry_kernels(hlo_text: str) -> list[str]:
-  """The fusion and custom-call instructions of the ENTRY computation of optimized HLO."""
+def entry_lines(hlo_text: str) -> list[str]:
+  """The instruction lines of the ENTRY computation of optimized HLO, stripped."""
   entry = hlo_text[hlo_text.index("ENTRY"):]
   entry = entry[:entry.find("\n}") + 1 or None]
-  return [line.strip() for line in entry.splitlines()
-          if re.search(r" (fusion|custom-call)\(", line)]
+  return [line.strip() for line in entry.splitlines()[1:] if line.strip()]
+
+
+def entry_kernels(hlo_text: str) -> list[str]:
+  """The fusion and custom-call instructions of the ENTRY computation of optimized HLO."""
+  return [line for line in entry_lines(hlo_text) if re.search(r" (fusion|custom-call)\(", line)]
 
 
 def main(argv):

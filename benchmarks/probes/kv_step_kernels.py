@@ -10,7 +10,8 @@ and removed. Not a test.
 
   PYTHONPATH=. python3 benchmarks/probes/kv_step_kernels.py [formats] [B] [L] [impls]
 
-impls: kv_cache_update's quantize implementation per run, "auto" (None) and/or "reference".
+impls: kv_cache_update's quantize implementation per run: "auto" (None), "pallas",
+"reference" (default "auto,reference").
 """
 
 from __future__ import annotations
@@ -25,20 +26,15 @@ import numpy as np
 
 import fp8lab
 from benchmarks import timing
+from benchmarks.probes import hlo_kernels
 
 _QUIET = ("parameter(", "get-tuple-element(", "tuple(", "bitcast(", "constant(")
 
 
 def entry_instructions(hlo_text: str) -> list[str]:
-  entry = hlo_text[hlo_text.index("ENTRY"):]
-  entry = entry[:entry.find("\n}") + 1 or None]
-  out = []
-  for line in entry.splitlines()[1:]:
-    line = line.strip()
-    if not line or line.startswith("}") or any(q in line for q in _QUIET):
-      continue
-    out.append(line)
-  return out
+  """The ENTRY instructions that launch work (not parameters, tuples, bitcasts, constants)."""
+  return [line for line in hlo_kernels.entry_lines(hlo_text)
+          if not line.startswith("}") and not any(q in line for q in _QUIET)]
 
 
 def make_cache(fmt, b, s, hkv, d, key):
@@ -108,9 +104,8 @@ def main():
           flush=True)
     dev = None
     try:
-      nodonate = jax.jit(step).lower(*args).compile()
-      kt = timing.device_kernel_times(lambda a: nodonate(*a), (q, k_new, v_new, kc_i, vc_i,
-                                                               pos, lengths), runs=3)
+      kt = timing.device_kernel_times(lambda a: same(*a), (q, k_new, v_new, kc_i, vc_i,
+                                                           pos, lengths), runs=3)
       if kt:
         dev = {n: float(np.sum(v)) / 3 for n, v in kt.items()}
     except Exception as e:  # noqa: BLE001 - a probe: say what failed, go on

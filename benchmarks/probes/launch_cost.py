@@ -62,10 +62,10 @@ def chain(kind, n):
   return f
 
 
-def time_call(fn, x, reps):
-  """Median host time of fn(x); with PROBE_VARY=1 the calls alternate between x and a copy of
-  it (another buffer), so that the buffers a step reads change from call to call."""
-  xs = [x, jnp.array(x, copy=True)] if os.environ.get("PROBE_VARY") == "1" else [x]
+def time_call(fn, x, reps, vary=False):
+  """Median host time of fn(x); with vary the calls alternate between x and a copy of it
+  (another buffer), so that the buffers a step reads change from call to call."""
+  xs = [x, jnp.array(x, copy=True)] if vary else [x]
   out = fn(x)
   jax.block_until_ready(out)
   for i in range(3):
@@ -95,9 +95,9 @@ def main():
   reps = int(os.environ.get("PROBE_REPS", "30"))
   kinds = os.environ.get("PROBE_KINDS", "xla,triton,mosaic,triton_xla,mosaic_xla").split(",")
   x = jnp.zeros(SHAPE, jnp.float32)
-  empty = jax.jit(lambda x: x + 1.0)
-  t_empty, _ = time_call(empty, x, reps)
   vary = os.environ.get("PROBE_VARY") == "1"
+  empty = jax.jit(lambda x: x + 1.0)
+  t_empty, _ = time_call(empty, x, reps, vary)
   rows = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "n": n, "vary_inputs": vary,
           "empty_call_us": t_empty * 1e6}
   print(f"XLA_FLAGS='{rows['xla_flags']}' n={n} vary={vary} empty call {t_empty*1e6:.1f} us",
@@ -105,7 +105,7 @@ def main():
   for kind in kinds:
     try:
       fn = jax.jit(chain(kind, n)).lower(x).compile()
-      t, out = time_call(fn, x, reps)
+      t, out = time_call(fn, x, reps, vary)
       ok = bool(np.all(np.asarray(out) == n))
       per = (t - t_empty) / n * 1e6
       dev = device_per_op(fn, x, n) if os.environ.get("PROBE_DEVICE", "1") == "1" else None
