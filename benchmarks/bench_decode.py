@@ -40,7 +40,13 @@ Weight paths (--paths), the same model otherwise:
 Reported per path and case (B, L): tokens/s (B / median step time, host clock around each
 step, benchmarks/timing.py), its ratio to bf16's in the same run, the device time of a step
 (profiler: the sum of its kernels) and the bytes a step must read (weights as stored + the KV
-caches) per second of it. --check compares each fp8lab path's first logits with the same
+caches) per second of it. Two more step times, each with its ratio to bf16's:
+  pipelined   --pipelined_steps steps enqueued back to back, one sync at the end: a greedy
+              generation loop whose tokens stay on the device, the host enqueueing step i+1
+              while the GPU runs step i; on a GPU the profiler over the same steps gives the
+              GPU's span, busy and idle time per step and the top kernels (gpu_pipelined);
+  loop        --loop_steps steps inside one jitted lax.fori_loop (no dispatch from Python
+              between steps; off by default). --check compares each fp8lab path's first logits with the same
 weights through implementation="reference" (the golden model).
 
 On a CPU (or with --smoke) it is a smoke run: 2 layers of a tiny model (hidden 64), the
@@ -159,6 +165,14 @@ _OUT = flags.DEFINE_string("out", None, "JSON results path (default benchmarks/r
 _TIME_BUDGET_S = flags.DEFINE_float("time_budget_s", 0.0, "Stop starting new paths after this "
                                     "many seconds (0: no limit).")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed of the random weights, caches and tokens.")
+_PIPELINED = flags.DEFINE_integer(
+    "pipelined_steps", None, "Also time this many steps enqueued back to back with one sync "
+    "at the end, as a generation loop whose tokens stay on the device runs them (default 16, "
+    "2 smoke; 0: off). On a GPU the same back-to-back steps are profiled: GPU span, busy and "
+    "idle time per step and the top kernels.")
+_LOOP = flags.DEFINE_integer(
+    "loop_steps", 0, "Also time this many steps inside ONE jitted call (lax.fori_loop over "
+    "the step; no per-step dispatch from Python). 0: off.")
 
 
 def parse_case(s: str) -> tuple[int, int]:
@@ -335,6 +349,17 @@ def make_step(model: Model, linear: Callable, attn_impl: str, kv: str = BF16_KV,
   return step
 
 
+def make_loop(step: Callable, steps: int) -> Callable:
+  """loop(params, caches, tokens) -> (tokens, caches) after `steps` greedy steps inside one
+  jitted call (lax.fori_loop; each step takes the tokens the one before chose)."""
+  def loop(params, caches, tokens):
+    def body(_, carry):
+      nxt, _, new_caches = step(params, carry[1], carry[0])
+      return nxt, new_caches
+    return lax.fori_loop(0, steps, body, (tokens, caches))
+  return loop
+
+
 class Stepper:
   """Runs the compiled step on its own state (the donated caches come back each step), so
   timing.time_compiled and timing.device_kernel_times can call it like a compiled op."""
@@ -347,6 +372,14 @@ class Stepper:
     nxt, self.logits, self.caches = self.compiled(self.params, self.caches, self.tokens)
     self.tokens = nxt                     # greedy: the next step takes the chosen tokens
     return nxt
+
+
+class LoopStepper(Stepper):
+  """The same for make_loop's compiled call (no logits)."""
+
+  def __call__(self, _args=None):
+    self.tokens, self.caches = self.compiled(self.params, self.caches, self.tokens)
+    return self.tokens
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -376,7 +409,8 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
              interpret: bool, gemv_x_dtype, attn_impl: str, reps: int, warmup: int,
              check: bool, agree_tol: float, log: Callable[[str], None],
              kv_formats: tuple[str, ...] = (BF16_KV,),
-             kv_update: str = "auto") -> list[dict[str, Any]]:
+             kv_update: str = "auto", pipelined: int = 0,
+             loop_steps: int = 0) -> list[dict[str, Any]]:
   """Every case of one weight path (the fp8lab paths: with each KV format): its rows."""
   rows = []
   t0 = time.perf_counter()
@@ -399,13 +433,16 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
       row = _run_case(path, model, params, w_bytes, linear, batch, kv_len, kv, seed=seed,
                       attn_impl=attn_impl, attn_kwargs=attn_kwargs, reps=reps, warmup=warmup,
                       check=check, agree_tol=agree_tol, gemv_x_dtype=gemv_x_dtype,
-                      kv_update=kv_update)
+                      kv_update=kv_update, pipelined=pipelined, loop_steps=loop_steps)
       row.update(weight_bytes=w_bytes, weights_made_s=made_s,
                  implementation="auto" if impl is None else impl)
       if picks is not None:
         row["dispatch"] = {k: v for k, v in picks.items() if k.endswith(f" b={batch}")}
       log(f"{path:>13} kv={kv:<10} B={batch:<3} L={kv_len:<6} " + (
           f"{row['step_us'] / 1e3:9.3f} ms/step {row['tokens_per_s']:10.1f} tok/s"
+          + (f"  pipelined {row['step_us_pipelined'] / 1e3:.3f} ms"
+             if "step_us_pipelined" in row else "")
+          + (f"  loop {row['step_us_loop'] / 1e3:.3f} ms" if "step_us_loop" in row else "")
           + (f"  check {row['max_rel_diff_vs_reference']:.2g}"
              if "max_rel_diff_vs_reference" in row else "")
           if row["status"] == "ok" else f"ERROR {row['error'][:300]}"))
@@ -418,7 +455,8 @@ def run_path(path: str, model: Model, cases: list[tuple[int, int]], *, seed: int
 def _run_case(path: str, model: Model, params, w_bytes: int, linear: Callable, batch: int,
               kv_len: int, kv: str, *, seed: int, attn_impl: str, attn_kwargs: dict[str, Any],
               reps: int, warmup: int, check: bool, agree_tol: float,
-              gemv_x_dtype, kv_update: str = "auto") -> dict[str, Any]:
+              gemv_x_dtype, kv_update: str = "auto", pipelined: int = 0,
+              loop_steps: int = 0) -> dict[str, Any]:
   """One row: path's weights (w_bytes of them), caches of format kv, batch x kv_len."""
   row: dict[str, Any] = {"path": path, "kv": kv, "batch": batch, "kv_len": kv_len}
   try:
@@ -459,8 +497,31 @@ def _run_case(path: str, model: Model, params, w_bytes: int, linear: Callable, b
         row["kernels_per_step"] = sum(map(len, dev.values())) / 3
         row["tokens_per_s_device"] = batch / (row["device_us_per_step"] * 1e-6)
         row["GBps_device"] = row["bytes_needed"] / (row["device_us_per_step"] * 1e-6) / 1e9
+    if pipelined:
+      tp = timing.time_pipelined(run, steps=pipelined, reps=max(3, reps // 2), warmup=1)
+      row["timing_pipelined"] = tp.as_dict()
+      row["step_us_pipelined"] = tp.median_us
+      row["tokens_per_s_pipelined"] = batch / (tp.median_us * 1e-6)
+      if jax.default_backend() == "gpu":
+        try:
+          row["gpu_pipelined"] = timing.gpu_busy(run, None, runs=pipelined)
+        except Exception as e:  # pylint: disable=broad-except
+          row["gpu_pipelined_error"] = f"{type(e).__name__}: {e}"[:300]
+    caches = run.caches
+    del run, compiled
+    if loop_steps:
+      t_c = time.perf_counter()
+      compiled = jax.jit(make_loop(step, loop_steps), donate_argnums=(1,)).lower(
+          params, caches, tokens).compile()
+      row["loop_compile_s"] = round(time.perf_counter() - t_c, 2)
+      run = LoopStepper(compiled, params, caches, tokens)
+      tl = timing.time_compiled(run, None, reps=max(3, reps // 2), warmup=1, copies=loop_steps)
+      row["timing_loop"] = tl.as_dict()
+      row["step_us_loop"] = tl.median_us
+      row["tokens_per_s_loop"] = batch / (tl.median_us * 1e-6)
+      del run, compiled
     row["status"] = "ok"
-    del run, compiled, caches
+    del caches
   except Exception as e:  # pylint: disable=broad-except
     # One failing path (a kernel that does not compile, memory) must not lose the others.
     row["status"] = "error"
@@ -478,8 +539,9 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
     if r.get("status") != "ok" or b is None:
       continue
     r["vs_bf16"] = r["tokens_per_s"] / b["tokens_per_s"]
-    if r.get("tokens_per_s_device") and b.get("tokens_per_s_device"):
-      r["vs_bf16_device"] = r["tokens_per_s_device"] / b["tokens_per_s_device"]
+    for kind in ("device", "pipelined", "loop"):
+      if r.get(f"tokens_per_s_{kind}") and b.get(f"tokens_per_s_{kind}"):
+        r[f"vs_bf16_{kind}"] = r[f"tokens_per_s_{kind}"] / b[f"tokens_per_s_{kind}"]
 
 
 def _fmt(v: Any, spec: str) -> str:
@@ -488,7 +550,8 @@ def _fmt(v: Any, spec: str) -> str:
 
 def format_table(doc: dict[str, Any]) -> str:
   head = (f"{'path':<13} {'kv':<10} {'B':>3} {'L':>6} {'ms/step':>9} {'tok/s':>10} "
-          f"{'vs bf16':>7} {'dev ms':>8} {'dev vs':>6} {'GB/s':>7} {'check':>8}")
+          f"{'vs bf16':>7} {'pipe ms':>8} {'pipe vs':>7} {'dev ms':>8} {'dev vs':>6} "
+          f"{'idle ms':>7} {'loop ms':>8} {'GB/s':>7} {'check':>8}")
   lines = [head, "-" * len(head)]
   order = {p: i for i, p in enumerate(PATHS)}
   for r in sorted(doc["rows"], key=lambda r: (r["batch"], r["kv_len"], order[r["path"]],
@@ -498,12 +561,16 @@ def format_table(doc: dict[str, Any]) -> str:
       lines.append(f"{r['path']:<13} {kv:<10} {r['batch']:>3} {r['kv_len']:>6} ERROR "
                    f"{r['error'][:80]}")
       continue
-    dev = r.get("device_us_per_step")
+    ms = lambda v: None if v is None else v / 1e3           # noqa: E731
+    idle = (r.get("gpu_pipelined") or {}).get("idle_us")
     lines.append(
         f"{r['path']:<13} {kv:<10} {r['batch']:>3} {r['kv_len']:>6} {r['step_us'] / 1e3:9.3f} "
         f"{r['tokens_per_s']:10.1f} {_fmt(r.get('vs_bf16'), '7.2f')} "
-        f"{_fmt(None if dev is None else dev / 1e3, '8.3f')} "
-        f"{_fmt(r.get('vs_bf16_device'), '6.2f')} {r['GBps']:7.1f} "
+        f"{_fmt(ms(r.get('step_us_pipelined')), '8.3f')} "
+        f"{_fmt(r.get('vs_bf16_pipelined'), '7.2f')} "
+        f"{_fmt(ms(r.get('device_us_per_step')), '8.3f')} "
+        f"{_fmt(r.get('vs_bf16_device'), '6.2f')} {_fmt(ms(idle), '7.3f')} "
+        f"{_fmt(ms(r.get('step_us_loop')), '8.3f')} {r['GBps']:7.1f} "
         f"{_fmt(r.get('max_rel_diff_vs_reference'), '8.1e')}")
   m, cb = doc["machine"], doc.get("copy_bandwidth") or {}
   lines.append(f"{m['device_kind']} jax {m['jax']}; copy bandwidth "
@@ -530,6 +597,9 @@ def main(argv: list[str]) -> None:
         if not attn_kernel.serves(kv, block):
           raise ValueError(f"KV format {kv!r} is not one fp8lab.attention's kernel takes")
     cases = [parse_case(c) for c in (_CASES.value or (SMOKE_CASES if smoke else GPU_CASES))]
+    for name, v in (("pipelined_steps", _PIPELINED.value), ("loop_steps", _LOOP.value)):
+      if v is not None and v < 0:
+        raise ValueError(f"--{name} must be >= 0, got {v}")
     if model.heads % model.kv_heads:
       raise ValueError(f"heads {model.heads} is not a multiple of kv_heads {model.kv_heads}")
   interpret = backend == "cpu"
@@ -541,6 +611,7 @@ def main(argv: list[str]) -> None:
   reps = _REPS.value or (3 if smoke else 20)
   warmup = _WARMUP.value if _WARMUP.value is not None else (1 if smoke else 3)
   check = _CHECK.value if _CHECK.value is not None else smoke
+  pipelined = _PIPELINED.value if _PIPELINED.value is not None else (2 if smoke else 16)
   out = _OUT.value or default_out("decode", smoke)
   t0 = time.perf_counter()
 
@@ -555,13 +626,18 @@ def main(argv: list[str]) -> None:
       "timing_method": ("per-step time = median over reps of the host time of one compiled "
                         "step (caches donated and fed back; jax.block_until_ready after "
                         "each), warm-up steps first; device time = the profiler's sum of a "
-                        "step's kernels"),
+                        "step's kernels; pipelined = pipelined_steps steps enqueued back to "
+                        "back, one sync at the end, median over reps of elapsed / steps (its "
+                        "GPU span / busy / idle per step from the profiler over the same "
+                        "back-to-back steps); loop = loop_steps steps in one jitted "
+                        "lax.fori_loop, call time / steps"),
       "settings": {"paths": _PATHS.value, "cases": [list(c) for c in cases], "reps": reps,
                    "warmup": warmup, "fp8lab_implementation": _FP8LAB_IMPL.value,
                    "interpret": interpret, "gemv_x_dtype": _GEMV_X_DTYPE.value,
                    "attention": attn_impl, "check": check, "agree_tol": _AGREE_TOL.value,
                    "seed": _SEED.value, "time_budget_s": _TIME_BUDGET_S.value,
-                   "kv_formats": list(kv_formats), "kv_update": _KV_UPDATE.value},
+                   "kv_formats": list(kv_formats), "kv_update": _KV_UPDATE.value,
+                   "pipelined_steps": pipelined, "loop_steps": _LOOP.value},
       "rows": [], "skipped": [],
   }
   log(f"{doc['machine']['device_kind']} ({backend}), jax {jax.__version__}; model {model}; "
@@ -584,7 +660,8 @@ def main(argv: list[str]) -> None:
                             interpret=interpret, gemv_x_dtype=jnp.dtype(_GEMV_X_DTYPE.value),
                             attn_impl=attn_impl, reps=reps, warmup=warmup, check=check,
                             agree_tol=_AGREE_TOL.value, log=log, kv_formats=kv_formats,
-                            kv_update=_KV_UPDATE.value)
+                            kv_update=_KV_UPDATE.value, pipelined=pipelined,
+                            loop_steps=_LOOP.value)
     write()
   print()
   print(format_table(doc))

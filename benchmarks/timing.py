@@ -33,7 +33,7 @@ import numpy as np
 
 __all__ = ["Timing", "choose_copies", "compile_unrolled", "time_compiled",
            "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "device_kernel_times",
-           "measure", "nbytes", "METHOD"]
+           "gpu_busy", "time_pipelined", "measure", "nbytes", "METHOD"]
 
 METHOD = (
     "per-op time = median over reps of the host time of one compiled call that applies the op "
@@ -147,29 +147,97 @@ def count_hlo_ops(hlo_text: str) -> dict[str, int]:
   }
 
 
-def device_kernel_times(compiled, args: Any, *, runs: int = 3) -> dict[str, list[float]] | None:
-  """GPU kernel durations (us) by kernel name over `runs` calls of `compiled(args)`.
-
-  Read from JAX's profiler (CUPTI activity records of the GPU streams), so they are device
-  times with no host dispatch in them. None when the trace has no GPU stream (a CPU run, or
-  a profiler that could not start)."""
+def _gpu_kernel_events(compiled, args: Any, *, runs: int,
+                       sync_each: bool) -> list[tuple[str, int, int]]:
+  """(name, start_ns, end_ns) of every GPU kernel over `runs` calls of `compiled(args)`, read
+  from JAX's profiler (CUPTI activity records of the GPU streams); [] when the trace has no
+  GPU stream. sync_each: jax.block_until_ready after every call (else only after the last, so
+  the calls are enqueued back to back, as a generation loop does)."""
   from jax._src.lib import _profiler            # pylint: disable=import-outside-toplevel
   from jax.profiler import ProfileData          # pylint: disable=import-outside-toplevel
   jax.block_until_ready(compiled(args))
   session = _profiler.ProfilerSession(_profiler.ProfileOptions())
+  out = None
   for _ in range(runs):
-    jax.block_until_ready(compiled(args))
+    out = compiled(args)
+    if sync_each:
+      jax.block_until_ready(out)
+  jax.block_until_ready(out)
   data = ProfileData.from_serialized_xspace(session.stop())
-  out: dict[str, list[float]] = {}
+  events = []
   for plane in data.planes:
     if not plane.name.startswith("/device:GPU"):
       continue
     for line in plane.lines:
       if not line.name.lower().startswith("stream"):
         continue
-      for ev in line.events:
-        out.setdefault(ev.name, []).append(ev.duration_ns / 1e3)
+      events += [(ev.name, ev.start_ns, ev.end_ns) for ev in line.events]
+  return events
+
+
+def device_kernel_times(compiled, args: Any, *, runs: int = 3) -> dict[str, list[float]] | None:
+  """GPU kernel durations (us) by kernel name over `runs` calls of `compiled(args)`.
+
+  Read from JAX's profiler (CUPTI activity records of the GPU streams), so they are device
+  times with no host dispatch in them. None when the trace has no GPU stream (a CPU run, or
+  a profiler that could not start)."""
+  out: dict[str, list[float]] = {}
+  for name, start, end in _gpu_kernel_events(compiled, args, runs=runs, sync_each=True):
+    out.setdefault(name, []).append((end - start) / 1e3)
   return out or None
+
+
+def gpu_busy(compiled, args: Any, *, runs: int, top: int = 12) -> dict[str, Any] | None:
+  """How the GPU spends `runs` calls of `compiled(args)` enqueued back to back (no sync
+  between them), per call, in us: span (first kernel's start to last kernel's end), busy
+  (the union of the kernels' intervals), idle = span - busy (launch gaps and waits on the
+  host), kernels, and the `top` kernel names by device time (us and launches per call).
+  None without GPU events."""
+  events = _gpu_kernel_events(compiled, args, runs=runs, sync_each=False)
+  if not events:
+    return None
+  events.sort(key=lambda e: e[1])
+  busy, cur_start, cur_end = 0, events[0][1], events[0][2]
+  for _, start, end in events[1:]:
+    if start > cur_end:
+      busy += cur_end - cur_start
+      cur_start, cur_end = start, end
+    else:
+      cur_end = max(cur_end, end)
+  busy += cur_end - cur_start
+  span = max(e[2] for e in events) - events[0][1]
+  by_name: dict[str, list[float]] = {}
+  for name, start, end in events:
+    by_name.setdefault(name, []).append((end - start) / 1e3)
+  ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+  return {"runs": runs, "span_us": span / 1e3 / runs, "busy_us": busy / 1e3 / runs,
+          "idle_us": (span - busy) / 1e3 / runs, "kernels": len(events) / runs,
+          "top": [{"name": n[:120], "us": sum(d) / runs, "launches": len(d) / runs}
+                  for n, d in ranked]}
+
+
+def time_pipelined(fn: Callable[[], Any], *, steps: int, reps: int, warmup: int) -> Timing:
+  """Per-call time of `fn()` called `steps` times back to back with one
+  jax.block_until_ready at the end (the host enqueues call i+1 while the GPU runs call i, as
+  a generation loop whose tokens stay on the device does): median over reps of the elapsed
+  time / steps."""
+  if reps < 1 or steps < 1:
+    raise ValueError(f"reps and steps must be >= 1, got {reps}, {steps}")
+  for _ in range(warmup):
+    jax.block_until_ready(fn())
+  samples = np.empty(reps)
+  for i in range(reps):
+    t0 = time.perf_counter()
+    out = None
+    for _ in range(steps):
+      out = fn()
+    jax.block_until_ready(out)
+    samples[i] = time.perf_counter() - t0
+    del out
+  per = samples / steps * 1e6
+  return Timing(median_us=float(np.median(per)), p25_us=float(np.percentile(per, 25)),
+                p75_us=float(np.percentile(per, 75)), min_us=float(per.min()),
+                copies=steps, reps=reps, warmup=warmup)
 
 
 def nbytes(tree: Any) -> int:

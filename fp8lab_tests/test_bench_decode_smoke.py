@@ -74,6 +74,12 @@ def _check(doc, stdout, paths):
     assert r["tokens_per_s"] == pytest.approx(2 / (r["step_us"] * 1e-6))
     assert r["timing"]["reps"] == 2 and r["timing"]["copies"] == 1
     assert r["vs_bf16"] == pytest.approx(r["tokens_per_s"] / rows["bf16"]["tokens_per_s"])
+    # the back-to-back steps (2 in a smoke run), their own ratio to bf16's
+    assert r["timing_pipelined"]["copies"] == s["pipelined_steps"] == 2
+    assert r["tokens_per_s_pipelined"] == pytest.approx(2 / (r["step_us_pipelined"] * 1e-6))
+    assert r["vs_bf16_pipelined"] == pytest.approx(
+        r["tokens_per_s_pipelined"] / rows["bf16"]["tokens_per_s_pipelined"])
+    assert "gpu_pipelined" not in r and "step_us_loop" not in r      # CPU; loop off
     if path.startswith("fp8lab"):
       # the kernel's logits (interpret mode) against the golden model's, same weights
       assert 0 <= r["max_rel_diff_vs_reference"] <= s["agree_tol"] and r["agrees"] is True
@@ -117,8 +123,8 @@ def test_smoke_decode_step_packed_kv(tmp_path, kv_formats):
   caches inside the step: rows per KV format, bytes counted by hand, logits against the
   golden model's GEMV and the reference attention over the same packed caches."""
   doc, stdout = _run(tmp_path, ["bf16", "fp8lab_e4m3"], f"--kv_formats={','.join(kv_formats)}",
-                     "--head_dim=64", "--heads=2", "--kv_heads=1")
-  assert doc["settings"]["kv_formats"] == kv_formats
+                     "--head_dim=64", "--heads=2", "--kv_heads=1", "--loop_steps=2")
+  assert doc["settings"]["kv_formats"] == kv_formats and doc["settings"]["loop_steps"] == 2
   rows = {(r["path"], r["kv"]): r for r in doc["rows"]}
   # the XLA baseline keeps its bf16 cache; the fp8lab path takes each packed format
   assert set(rows) == {("bf16", "bf16")} | {("fp8lab_e4m3", kv) for kv in kv_formats}
@@ -128,6 +134,10 @@ def test_smoke_decode_step_packed_kv(tmp_path, kv_formats):
     assert r["bytes_needed"] == r["weight_bytes"] + r["kv_bytes"] + 2 * 64 * 2
     assert r["vs_bf16"] == pytest.approx(r["tokens_per_s"]
                                          / rows[("bf16", "bf16")]["tokens_per_s"])
+    # 2 steps inside one jitted fori_loop, the packed caches carried through it
+    assert r["timing_loop"]["copies"] == 2 and r["step_us_loop"] > 0
+    assert r["vs_bf16_loop"] == pytest.approx(r["tokens_per_s_loop"]
+                                              / rows[("bf16", "bf16")]["tokens_per_s_loop"])
     if path == "fp8lab_e4m3":
       assert r["weight_bytes"] == _KV_E4M3_WEIGHTS
       assert 0 <= r["max_rel_diff_vs_reference"] <= doc["settings"]["agree_tol"]
