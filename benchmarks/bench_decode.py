@@ -504,7 +504,7 @@ def _run_case(path: str, model: Model, params, w_bytes: int, linear: Callable, b
       row["tokens_per_s_pipelined"] = batch / (tp.median_us * 1e-6)
       if jax.default_backend() == "gpu":
         try:
-          row["gpu_pipelined"] = timing.gpu_busy(run, None, runs=pipelined)
+          row["gpu_pipelined"] = timing.gpu_busy(run, None, runs=pipelined, top=20)
         except Exception as e:  # pylint: disable=broad-except
           row["gpu_pipelined_error"] = f"{type(e).__name__}: {e}"[:300]
     caches = run.caches

@@ -18,6 +18,10 @@ How an op is timed (the method every number in benchmarks/results/ comes from):
 4. The dispatch overhead of an (almost) empty compiled call is measured with the same loop and
    reported beside the numbers, so a reader can see how much of it (overhead / R) can remain
    in a per-op time; R is chosen large enough that this is about 1% for the large shapes.
+5. A whole model step (bench_decode) is also timed as a generation loop runs it: N calls
+   enqueued back to back with one sync at the end (time_pipelined), so the host's dispatch of
+   call i+1 overlaps the GPU's work on call i; gpu_busy profiles the same back-to-back calls
+   (GPU span, busy and idle time per call, top kernels).
 """
 
 from __future__ import annotations

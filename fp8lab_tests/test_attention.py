@@ -808,13 +808,19 @@ def test_kv_cache_update_bytes(fmt, paged):
     assert start.max() + t <= cap2
     before, table = _paged(_trim(before, cap2), page_size, 1)
     whole, _ = _paged(_trim(whole, cap2), page_size, 1)
-  upd = jax.jit(functools.partial(fp8lab.kv_cache_update, block_tables=table,
-                                  scale=kw.get("scale")), donate_argnums=0)
-  for positions in (jnp.asarray(start), jnp.asarray(pos, jnp.int32)):
-    got = upd(jax.tree_util.tree_map(jnp.copy, before), new, positions)
-    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(whole)):
-      np.testing.assert_array_equal(np.asarray(a).reshape(-1).view(np.uint8),
-                                    np.asarray(b).reshape(-1).view(np.uint8))
+  # the golden model's quantize + scatter, and the kernel writing into the cache (packed
+  # caches; interpret mode on a CPU)
+  impls = [{"implementation": "reference"}]
+  if fmt not in ("bf16", None):
+    impls.append({"implementation": "pallas", "interpret": not ON_GPU})
+  for impl in impls:
+    upd = jax.jit(functools.partial(fp8lab.kv_cache_update, block_tables=table,
+                                    scale=kw.get("scale"), **impl), donate_argnums=0)
+    for positions in (jnp.asarray(start), jnp.asarray(pos, jnp.int32)):
+      got = upd(jax.tree_util.tree_map(jnp.copy, before), new, positions)
+      for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(whole)):
+        np.testing.assert_array_equal(np.asarray(a).reshape(-1).view(np.uint8),
+                                      np.asarray(b).reshape(-1).view(np.uint8))
 
 
 def _trim(x, cap):
@@ -935,6 +941,29 @@ def test_default_launch_per_format():
   assert cfg(()).num_stages == 2 and cfg((plan("mxfp4"),) * 2).num_stages == 2
   assert cfg(fp4, dim=256).num_stages == 2 and cfg(fp4, interpret=True).num_stages == 2
   assert dataclasses.replace(cfg(fp4), num_stages=2) == cfg(fp8) == cfg(())
+
+
+@pytest.mark.parametrize("batch,capacity,splits", [
+    (1, 4096, 32),       # eight waves: 1056 / 8 programs -> 128; 128 blocks of 32 allow 32
+    (16, 4096, 8),       # 1056 / 128 = 8.25 -> 8 splits of 16 blocks: the waves bind
+    (1, 32768, 128),     # 128 splits of 8 blocks
+    (8, 131072, 16),     # 1056 / 64 -> 16
+    (1, 200, 1),         # 7 blocks: one split
+    (1, 512, 4)])        # 16 blocks: four splits of 4
+def test_default_launch_splits(monkeypatch, batch, capacity, splits):
+  """attention_config's KV splits on a 132-SM device (Hkv 8, D 128): the largest power of
+  two that keeps B * Hkv * n_splits within eight waves of one-warp programs and each split
+  at least MIN_SPLIT_BLOCKS blocks of 32 positions; interpret mode keeps its two waves of
+  block_s 128 (rounded up) down to one-block splits."""
+  monkeypatch.setattr(AK.kernel.device, "sm_count", lambda interpret=False: 132)
+  assert AK.kernel.MIN_SPLIT_BLOCKS == 4
+  cfg = AK.attention_config(batch, 8, capacity, 128)
+  assert (cfg.block_s, cfg.n_splits, cfg.num_warps) == (32, splits, 1)
+  # interpret: 2 * 132 / (8 B) programs wanted, at most one split per 128-position block
+  want = -(-2 * 132 // (8 * batch))
+  blocks = -(-capacity // 128)
+  expect = min(1 << (want - 1).bit_length(), 1 << (blocks - 1).bit_length())
+  assert AK.attention_config(batch, 8, capacity, 128, interpret=True).n_splits == expect
 
 
 @pytest.mark.parametrize("cfg", ["32:1:1:2", "16:2:1:0.5"])

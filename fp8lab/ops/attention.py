@@ -31,7 +31,7 @@ from fp8lab.numerics.codec import INPUT_DTYPES
 from fp8lab.numerics.hadamard import hadamard
 from fp8lab.ops import _op
 from fp8lab.ops._xla import xla_values
-from fp8lab.ops.quantize import quantize as _quantize
+from fp8lab.ops.quantize import quantize_rows_into as _quantize_rows_into
 from fp8lab.quantized import QuantizedArray
 
 __all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV", "CONFIG_ENV",
@@ -639,7 +639,7 @@ _attention = jax.jit(_op.reference_vjp(_forward, _reference_of, n_static=5),
 # ---------------------------------------------------------------------------- cache update
 
 def kv_cache_update(cache, k_new, positions, *, block_tables=None, scale=None,
-                    implementation: str | None = None):
+                    implementation: str | None = None, interpret: bool = False):
   """The cache with k_new's tokens quantized and written at `positions` (a new cache; under
   jax.jit with the cache donated, donate_argnums, XLA writes it in place).
 
@@ -656,7 +656,10 @@ def kv_cache_update(cache, k_new, positions, *, block_tables=None, scale=None,
       the new tokens (e4m3 / e5m2: the scale; nvfp4: S_enc), which should be the one the
       cache was made with; None uses fl(1 / tensor_scale). The cache's tensor_scale is
       kept either way.
-    implementation: passed to fp8lab.quantize (None, "pallas", "reference").
+    implementation, interpret: as for fp8lab.quantize (None, "pallas", "reference"). The
+      kernel quantizes the new tokens and writes them into the cache's arrays in one launch
+      (in place when the cache is donated); the reference quantizes with the golden model
+      and scatters; the bytes are the same.
 
   New tokens are quantized by fp8lab.quantize with the cache's format, block shape, scale
   mode and Hadamard rotation. For formats whose scales are per token (blocks along D:
@@ -704,24 +707,29 @@ def kv_cache_update(cache, k_new, positions, *, block_tables=None, scale=None,
   if val is not None and (val.min() < 0 or val.max() >= capacity):
     raise ValueError(f"kv_cache_update: positions must lie in [0, {capacity}), got values in "
                      f"[{val.min()}, {val.max()}]")
+  hkv = cache.shape[2]
   if paged:
     page_size = cache.shape[1]
     page = jnp.take_along_axis(block_tables, jnp.clip(positions // page_size, 0,
                                                       block_tables.shape[1] - 1), axis=1)
-    # A position past the table goes past the pool: dropped by the scatter.
-    page = jnp.where(positions < capacity, page, cache.shape[0])
-    idx = (page, positions % page_size)
+    # A position past the table goes past the pool: dropped.
+    slot = jnp.where(positions < capacity, page * page_size + positions % page_size, -1)
   else:
-    idx = (jnp.broadcast_to(jnp.arange(bsz, dtype=jnp.int32)[:, None], positions.shape),
-           positions)
-
-  def put(dst, src):
-    return dst.at[idx].set(src.astype(dst.dtype), mode="drop")
+    slot = jnp.arange(bsz, dtype=jnp.int32)[:, None] * capacity + positions
+    slot = jnp.where((positions >= 0) & (positions < capacity), slot, -1)
+  # The cache's flat rows (slot, head): token t of row b, head h goes to row slot * Hkv + h,
+  # or nowhere (-1) when its position is dropped.
+  heads = jnp.arange(hkv, dtype=jnp.int32)
+  dest = jnp.where(slot[..., None] >= 0, slot[..., None] * hkv + heads, -1).reshape(-1)
+  n_rows = math.prod(cache.shape[:3])
 
   if not isinstance(cache, QuantizedArray):
     if scale is not None:
       raise ValueError("kv_cache_update: scale is for quantized caches")
-    return put(cache, k_new)
+    flat = cache.reshape(n_rows, cache.shape[3])
+    rows = jnp.where(dest < 0, n_rows, dest)
+    src = k_new.reshape(-1, k_new.shape[3]).astype(cache.dtype)
+    return flat.at[rows].set(src, mode="drop").reshape(cache.shape)
   qf = get_quantized_format(cache.format)
   kw = dict(axis=-1, scale_mode=cache.scale_mode, hadamard=cache.hadamard,
             implementation=implementation)
@@ -733,9 +741,12 @@ def kv_cache_update(cache, k_new, positions, *, block_tables=None, scale=None,
   elif scale is not None:
     raise ValueError(f"kv_cache_update: scale is for the per-tensor formats, not "
                      f"{cache.format!r}")
-  new = _quantize(k_new, cache.format, **kw)
-  data = put(cache.data, new.data)
-  scales = None if cache.scales is None else put(cache.scales, new.scales)
+  data, scales = _quantize_rows_into(
+      k_new.reshape(-1, k_new.shape[3]), dest, cache.data.reshape(n_rows, -1),
+      None if cache.scales is None else cache.scales.reshape(n_rows, -1), cache.format,
+      _caller="kv_cache_update", interpret=interpret, **kw)
+  data = data.reshape(cache.data.shape)
+  scales = None if scales is None else scales.reshape(cache.scales.shape)
   return QuantizedArray(data, scales, cache.tensor_scale, format=cache.format,
                         element_format=cache.element_format, shape=cache.shape, axis=cache.axis,
                         block_shape=cache.block_shape, scale_mode=cache.scale_mode,

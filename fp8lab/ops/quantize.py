@@ -167,6 +167,35 @@ def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
   return QuantizeResult(q, q_t, amax, new_state)
 
 
+def quantize_rows_into(x, dest, data, scales, fmt: str, *, implementation: str | None = None,
+                       interpret: bool = False, _caller: str = "quantize_rows_into",
+                       **quantize_kwargs):
+  """(data, scales) with row dest[i] replaced by row i of quantize(x, fmt, axis=-1,
+  **quantize_kwargs)'s leaves: a KV cache's new tokens written into its arrays.
+
+  x (R, C) float; dest (R,) int32, rows outside [0, N) dropped; data (N, words) uint32 and
+  scales (N, blocks) (None for per-tensor formats): the flat rows of a QuantizedArray's
+  leaves quantized along the last axis with 1D blocks. The kernel (implementation as for
+  `quantize`) quantizes and writes the rows in one launch, in place where XLA may alias the
+  arrays (donated); the reference quantizes with the golden model and scatters. Both give
+  the same bytes. Arguments are assumed checked by the caller (ops/attention.py)."""
+  qf = get_quantized_format(fmt)
+  static = {k: v for k, v in quantize_kwargs.items() if k not in ("key", "scale")}
+  meta = jax.eval_shape(functools.partial(_golden_leaves, fmt=qf.name, **static),
+                        x, quantize_kwargs.get("key"), quantize_kwargs.get("scale"))
+  impl = _resolve(_caller, implementation, interpret, meta, x, False, quantize_kwargs)
+  if impl == "reference":
+    q = golden.quantize(x, qf.name, **quantize_kwargs)
+    # negative rows would wrap: point them past the end, which mode="drop" drops
+    rows = jnp.where(dest < 0, data.shape[0], dest)
+
+    def put(dst, src):
+      return dst.at[rows].set(src.astype(dst.dtype), mode="drop")
+    return put(data, q.data), None if scales is None else put(scales, q.scales)
+  res = _launch(x, meta, False, quantize_kwargs, interpret, dest=dest, into=(data, scales))
+  return res.data, res.scales
+
+
 def _check_state(state: DelayedScaling) -> None:
   """A DelayedScaling whose leaves are not a float32 history (n,) and a float32 scalar scale
   (one built by hand, or one made under jax.vmap used outside it) is a ValueError."""
@@ -236,10 +265,9 @@ def _resolve(caller: str, implementation, interpret: bool, meta, x, transpose: b
   return impl
 
 
-def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool,
-            state: DelayedScaling | None = None):
-  """The Pallas path: x folded to 2D rows, one launch; results wrapped like the golden ones,
-  and with a state, the (history, scale) of its update (computed in the launch)."""
+def _launch(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool,
+            state: DelayedScaling | None = None, dest=None, into=None) -> qkernel.KernelResult:
+  """One kernel launch over x folded to 2D rows (dest / into: quantize_2d's)."""
   qf = get_quantized_format(meta.format)
   x2 = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
   key_words = None
@@ -254,8 +282,17 @@ def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool,
       sr_bits=kw.get("sr_bits", 8), interpret=interpret,
       history=None if state is None else state.amax_history,
       history_algo="max" if state is None else state.amax_compute_algo,
+      dest=dest, into=into,
       hadamard=None if meta.hadamard is None else (
           meta.hadamard.block, hadamard_signs(meta.hadamard.block, meta.hadamard.sign_arg())))
+  return res
+
+
+def _kernel(x, meta: QuantizedArray, transpose: bool, kw: dict, interpret: bool,
+            state: DelayedScaling | None = None):
+  """The Pallas path: one launch; results wrapped like the golden ones, and with a state,
+  the (history, scale) of its update (computed in the launch)."""
+  res = _launch(x, meta, transpose, kw, interpret, state)
   aux = meta._aux()
 
   def wrap(data, scales, shape):

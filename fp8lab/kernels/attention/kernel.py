@@ -104,15 +104,29 @@ def _next_pow2(n: int) -> int:
   return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def _prev_pow2(n: int) -> int:
+  return 1 << max(0, int(n).bit_length() - 1)
+
+
+# The fewest blocks of block_s positions one split of the compiled D <= 128 launch takes. A
+# split writes float32 partials of its rows (16 x D x 4 bytes for a GQA group of up to 16) and
+# the combine adds the splits in a chain, so one-block splits of a short cache write about as
+# many bytes as they read (8 MB a layer at the 8B step's B 1, L 4096) and make a 128-term
+# combine. 4 (and the waves rounded down) measured best: docs/attention_kernel.md section 3.
+MIN_SPLIT_BLOCKS = 4
+
+
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
                      interpret: bool = False, plans: tuple[KVPlan, ...] = ()) -> AttentionConfig:
   """The default launch (f16 dots, planes layout, decode "auto"). D <= 128: one-warp
   programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, is NVFP4),
-  and enough KV splits that B * Hkv * n_splits fills eight waves of the device's SMs;
-  D = 256: block_s 32 with 4 warps over two waves (its K / V tiles live in registers).
-  n_splits is a power of two, no more than the cache has blocks. The choice and its
-  measured data: docs/attention_kernel.md section 3 (the launch probe). With interpret=True:
-  block_s 128 (D <= 128) over two waves, 2 stages."""
+  and KV splits n_splits the largest power of two with B * Hkv * n_splits within eight
+  waves of the device's SMs and at least MIN_SPLIT_BLOCKS blocks per split; D = 256:
+  block_s 32 with 4 warps, n_splits the power of two at or above two waves, no more than
+  the cache has blocks (its K / V tiles live in registers). The choice and its measured
+  data: docs/attention_kernel.md section 3 (the launch probe). With interpret=True:
+  block_s 128 (D <= 128) and the D = 256 rule (two waves, down to one-block splits: the CPU
+  tests' small caches keep several), 2 stages."""
   small = dim <= 128
   # Interpret mode (CPU tests) keeps the earlier block_s 128 over two waves: the same kernel
   # code, 16x fewer interpreted program steps; the compiled tests run the GPU's launch.
@@ -120,7 +134,10 @@ def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
   waves = 8 if (small and not interpret) else 2
   blocks = -(-capacity // block_s)
   want = -(-waves * device.sm_count(interpret) // max(1, batch * kv_heads))
-  n_splits = min(_next_pow2(want), _next_pow2(blocks))
+  if interpret or not small:
+    n_splits = min(_next_pow2(want), _next_pow2(blocks))
+  else:
+    n_splits = min(_prev_pow2(max(1, want)), _prev_pow2(max(1, blocks // MIN_SPLIT_BLOCKS)))
   nvfp4 = bool(plans) and all(p.kind == "nvfp4" for p in plans)
   stages = 1 if (nvfp4 and small and not interpret) else 2
   return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits),

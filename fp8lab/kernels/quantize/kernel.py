@@ -95,6 +95,9 @@ class _Spec(NamedTuple):
   # bits), or None
   delayed: tuple[int, int, str, int] | None = None
   tpp: int = 1              # consecutive tiles per program (QuantizeConfig.tiles_per_program)
+  # rows of the arrays the codes and scales are written into, in place, at each x row's
+  # destination row (quantize_2d's `dest` / `into`), or 0: quantize(x)'s own arrays
+  dest_rows: int = 0
 
 
 def _elem(spec: _Spec) -> ElementFormat:
@@ -293,6 +296,9 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
   scal_ref = _Scalars(first, key, given)
   tab_ref = refs.pop(0) if spec.kind == "nvfp4" else None
   signs_ref = refs.pop(0) if spec.hadamard else None
+  dest_ref = refs.pop(0) if spec.dest_rows else None
+  if spec.dest_rows:
+    del refs[:1 + has_scales]               # the arrays written into, aliased to data / scales
   if spec.delayed:
     hist_ref = refs.pop(0)
     refs.pop(0)                             # the zeroed pair, aliased to its output
@@ -341,9 +347,15 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
     if not ev:
       codes = jnp.where(ok, codes, _U(0))
     wcols = cb * (tc // pw) + lax.iota(jnp.int32, tc // pw)
-    _store(data_ref, enc.pack(codes, 1, elem), rows, wcols, R, -(-C // pw), jnp.uint32, ev)
+    out_rows, n_out, ev_out = rows, R, ev
+    if spec.dest_rows:                      # each row to its destination; outside: dropped
+      d = plgpu.load(dest_ref.at[jnp.minimum(rows, R - 1)])
+      n_out, ev_out = spec.dest_rows, False
+      out_rows = jnp.where((rows < R) & (d >= 0) & (d < n_out), d, n_out)
+    _store(data_ref, enc.pack(codes, 1, elem), out_rows, wcols, n_out, -(-C // pw),
+           jnp.uint32, ev_out)
     if has_scales:
-      _store_scales(scales_ref, sc, rows, cols, rb, cb, spec, s_dtype)
+      _store_scales(scales_ref, sc, out_rows, cols, rb, cb, spec, s_dtype, n_out, ev_out)
     if spec.transpose:
       _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec, scal_ref, tab_ref,
                   data_t_ref, scales_t_ref, has_scales)
@@ -365,9 +377,13 @@ def _quantize_kernel(*refs, spec: _Spec, has_scales: bool, n_prog: int):
                   prog_amax, n_prog, spec)
 
 
-def _store_scales(ref, sc, rows, cols, rb, cb, spec: _Spec, s_dtype):
-  """A tile's block scales (x's orientation) into quantize(x)'s scales array."""
+def _store_scales(ref, sc, rows, cols, rb, cb, spec: _Spec, s_dtype, n_rows: int | None = None,
+                  even: bool | None = None):
+  """A tile's block scales (x's orientation) into quantize(x)'s scales array (1D blocks:
+  rows `rows` of an array of n_rows, default R, rows)."""
   R, C, tr, tc = spec.rows, spec.cols, spec.tr, spec.tc
+  n_rows = R if n_rows is None else n_rows
+  even = spec.even if even is None else even
   if len(spec.block) == 2:
     br, bc = spec.block
     srows = rb * (tr // br) + lax.iota(jnp.int32, tr // br)
@@ -376,7 +392,7 @@ def _store_scales(ref, sc, rows, cols, rb, cb, spec: _Spec, s_dtype):
   else:
     (b,) = spec.block
     scols = cb * (tc // b) + lax.iota(jnp.int32, tc // b)
-    _store(ref, sc, rows, scols, R, -(-C // b), s_dtype, spec.even)
+    _store(ref, sc, rows, scols, n_rows, -(-C // b), s_dtype, even)
 
 
 def _transposed(bits, mag, codes, sc, rows, cols, rb, cb, ok, spec: _Spec, scal_ref, tab_ref,
@@ -510,9 +526,9 @@ def _tiles_per_program(asked: int | None, n_tiles: int, delayed: bool) -> int:
 @functools.partial(jax.jit, static_argnames=("fmt", "scale_mode", "block_shape", "transpose",
                                              "sr_bits", "interpret", "config", "stochastic",
                                              "margin", "hadamard", "history_algo"))
-def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_shape,
-                 transpose, sr_bits, interpret, config, stochastic, margin, hadamard,
-                 history_algo):
+def _quantize_2d(x, scale, amax, key, signs, history, dest, into, *, fmt, scale_mode,
+                 block_shape, transpose, sr_bits, interpret, config, stochastic, margin,
+                 hadamard, history_algo):
   qf = get_quantized_format(fmt)
   kind, elem = qf.scaling, qf.element
   block = tuple(block_shape) if kind != "tensor" else ()
@@ -538,7 +554,8 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   spec = _Spec(qf.name, kind, block, scale_mode, rows, cols, tr, tc, n_cb, transpose,
                stochastic, sr_bits, float_products, hadamard, float_encode=float_encode,
                fp8_cvt=float_encode and (cc is None or cc >= 8.9),
-               even=rows % tr == 0 and cols % tc == 0, delayed=delayed, tpp=tpp)
+               even=rows % tr == 0 and cols % tc == 0, delayed=delayed, tpp=tpp,
+               dest_rows=0 if dest is None else into[0].shape[0])
 
   first = jnp.uint32(0)
   table = tensor_scale = None
@@ -568,7 +585,10 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   if has_scales:
     n_scale = ((-(-rows // block[0]), -(-cols // block[1])) if len(block) == 2
                else (rows, -(-cols // block[0])))
-  outs = [jax.ShapeDtypeStruct((rows * -(-cols // pw),), jnp.uint32)]
+  if dest is not None:                      # the codes and scales go into `into`, in place
+    n_scale = into[1].shape if has_scales else None
+  outs = [jax.ShapeDtypeStruct(((rows if dest is None else into[0].shape[0])
+                                * -(-cols // pw),), jnp.uint32)]
   if has_scales:
     outs.append(jax.ShapeDtypeStruct((n_scale[0] * n_scale[1],), _scale_dtype(kind)))
   outs.append(jax.ShapeDtypeStruct((1 if delayed else n_prog,), jnp.uint32))
@@ -584,6 +604,12 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   operands = ([x.reshape(-1)] + scal + ([table] if kind == "nvfp4" else [])
               + ([signs] if hadamard else []))
   aliases = {}
+  if dest is not None:
+    aliases = {len(operands) + 1: 0}
+    operands += [dest.astype(jnp.int32).reshape(-1), into[0].reshape(-1)]
+    if has_scales:
+      aliases[len(operands)] = 1
+      operands.append(lax.bitcast_convert_type(into[1], _scale_dtype(kind)).reshape(-1))
   if delayed:
     # the (amax, done count) pair starts at 0 (one zeroed input, updated in place)
     aliases = {len(operands) + 1: len(outs)}
@@ -600,7 +626,7 @@ def _quantize_2d(x, scale, amax, key, signs, history, *, fmt, scale_mode, block_
   as_float = functools.partial(lax.bitcast_convert_type, new_dtype=jnp.float32)
   # blockwise scales: float32 values, stored as their bits
   scale_out = as_float if kind == "block" else (lambda v: v)
-  data = res.pop(0).reshape(rows, -(-cols // pw))
+  data = res.pop(0).reshape(-1, -(-cols // pw))
   scales = scale_out(res.pop(0).reshape(n_scale)) if has_scales else None
   amax_out = res.pop(0)
   amax_out = amax_out.reshape(()) if delayed else jnp.max(amax_out)
@@ -622,7 +648,7 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
                 block_shape: tuple[int, ...] | None = None, scale=None, amax=None,
                 margin: int = 0, transpose: bool = False, key_words=None, sr_bits: int = 8,
                 hadamard: tuple[int, jax.Array] | None = None, history=None,
-                history_algo: str = "max", interpret: bool = False,
+                history_algo: str = "max", dest=None, into=None, interpret: bool = False,
                 config: QuantizeConfig | None = None) -> KernelResult:
   """Quantizes a 2D x along its last axis with one Pallas kernel: the arrays of
   fp8lab.quantize(x, fmt, axis=-1, ...) bit for bit (and of quantize(x.T, ...) with
@@ -652,6 +678,14 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
       state's DelayedScaling.update(amax) (numerator: the element max, nvfp4: 2688).
     key_words: None (round to nearest even) or (k0, k1) uint32 threefry key words for
       stochastic rounding with the top `sr_bits` bits of each element's word.
+    dest, into: write the rows into existing arrays instead of new ones (a KV cache's new
+      tokens): into = (data (N, ceil(C / per_word)) uint32, scales (N, ceil(C / b)) in
+      quantize's scales dtype, or None for per-tensor formats), dest (R,) int32 the row of
+      `into` each x row goes to; a row whose dest lies outside [0, N) is dropped. The
+      result's data / scales are `into`'s arrays with those rows replaced (the rest kept;
+      in place where XLA may alias them, e.g. donated); amax and tensor_scale as without
+      dest. 1D blocks only, not with transpose or history. Rows sent to the same dest
+      leave one of them, unspecified which (as `.at[].set`).
     interpret: Pallas interpret mode (CPU).
     config: a QuantizeConfig (default: configs.quantize_config(fmt, transpose)).
   Arguments are assumed checked by the caller (fp8lab/ops/quantize.py); this raises
@@ -706,7 +740,31 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
     if history_algo not in scalars.AMAX_ALGOS:
       raise ValueError(f"history_algo must be one of {scalars.AMAX_ALGOS}, got "
                        f"{history_algo!r}")
-  return _quantize_2d(x, scale, amax, key, signs, history, fmt=qf.name,
+  if (dest is None) != (into is None):
+    raise ValueError("dest and into go together")
+  if dest is not None:
+    dest = jnp.asarray(dest)
+    if transpose or history is not None or (block is not None and len(block) == 2):
+      raise ValueError("dest / into take 1D blocks (or per-tensor formats), without transpose "
+                       "or history")
+    if dest.shape != (x.shape[0],) or dest.dtype != jnp.int32:
+      raise ValueError(f"dest must be ({x.shape[0]},) int32, got {dest.dtype}{list(dest.shape)}")
+    data_in, scales_in = into
+    words = -(-x.shape[1] // qf.per_word)
+    if (data_in.ndim != 2 or data_in.shape[1] != words or data_in.dtype != jnp.uint32):
+      raise ValueError(f"into's data must be (N, {words}) uint32, got {data_in.dtype}"
+                       f"{list(data_in.shape)}")
+    if qf.scaling == "tensor":
+      if scales_in is not None:
+        raise ValueError(f"{qf.name!r} has no block scales: into's scales must be None")
+    else:
+      want = (data_in.shape[0], -(-x.shape[1] // block[0]))
+      sdt = jnp.float32 if qf.scaling == "block" else jnp.uint8
+      if scales_in is None or tuple(scales_in.shape) != want or scales_in.dtype != sdt:
+        raise ValueError(f"into's scales must be {want} {jnp.dtype(sdt).name}, got "
+                         f"{None if scales_in is None else scales_in.shape}")
+    into = (data_in, scales_in)
+  return _quantize_2d(x, scale, amax, key, signs, history, dest, into, fmt=qf.name,
                       scale_mode=scale_mode, block_shape=block, transpose=bool(transpose),
                       sr_bits=int(sr_bits), interpret=bool(interpret), config=config,
                       stochastic=key_words is not None, margin=int(margin), hadamard=hb,
