@@ -180,6 +180,55 @@ def test_rejects_what_the_kernel_cannot_do():
                 hadamard=(16, np.zeros(16, np.uint32)))
   with pytest.raises(ValueError, match="2D"):
     quantize_2d(x[0], fmt="mxfp8", interpret=True)
+  # writing into existing arrays (dest / into)
+  data, scales = np.zeros((9, 4), np.uint32), np.zeros((9, 1), np.uint8)
+  x32, dest = np.ones((4, 32), np.float32), np.arange(4, dtype=np.int32)
+  with pytest.raises(ValueError, match="go together"):
+    quantize_2d(x32, fmt="mxfp4", dest=dest, interpret=True)
+  with pytest.raises(ValueError, match="without transpose"):
+    quantize_2d(x32, fmt="mxfp4", dest=dest, into=(data, scales), transpose=True,
+                interpret=True)
+  with pytest.raises(ValueError, match=r"dest must be \(4,\) int32"):
+    quantize_2d(x32, fmt="mxfp4", dest=dest[:3], into=(data, scales), interpret=True)
+  with pytest.raises(ValueError, match="into's data"):
+    quantize_2d(x32, fmt="mxfp4", dest=dest, into=(data[:, :3], scales), interpret=True)
+  with pytest.raises(ValueError, match="into's scales"):
+    quantize_2d(x32, fmt="mxfp4", dest=dest, into=(data, None), interpret=True)
+  with pytest.raises(ValueError, match="no block scales"):
+    quantize_2d(x32, fmt="e4m3", scale=1.0, dest=dest, into=(np.zeros((9, 8), np.uint32),
+                                                              scales), interpret=True)
+
+
+# Rows written into existing arrays at given destinations (kv_cache_update's launch).
+@pytest.mark.parametrize("fmt,block_shape,scale", _pick(
+    [("nvfp4", (16,), 900.0), ("e4m3_block", (32,), None), ("mxfp4", None, None),
+     ("e4m3", None, 3.0)], (0,)))
+def test_rows_written_into_existing_arrays(fmt, block_shape, scale):
+  """quantize_2d(dest=, into=) against the golden model's quantize of x scattered into the
+  golden arrays of another tensor: hard bit patterns, several programs per axis, rows sent
+  before the start, past the end (both dropped) and in any order."""
+  n = 70
+  x = _specials(SHAPE, fmt=None if fmt == "e4m3_block" else fmt)
+  kw = _golden_kwargs(fmt, block_shape, scale, None)
+  old = fp8lab.quantize(_specials((n, SHAPE[1]), seed=3), fmt, **kw)
+  new = fp8lab.quantize(x, fmt, **kw)
+  rng = np.random.default_rng(1)
+  dest = rng.permutation(n + 20)[:SHAPE[0]].astype(np.int32) - 10    # some < 0, some >= n
+  got = quantize_2d(x, fmt=fmt, block_shape=block_shape, scale=scale, dest=dest,
+                    into=(old.data, old.scales), interpret=INTERPRET, config=SMALL)
+  keep = (dest >= 0) & (dest < n)
+  assert 0 < keep.sum() < len(dest)
+  for name in ("data", "scales"):
+    want = getattr(old, name)
+    if want is None:
+      assert got.scales is None
+      continue
+    want = np.array(want)
+    want[dest[keep]] = np.asarray(getattr(new, name))[keep]
+    np.testing.assert_array_equal(_u(getattr(got, name)), _u(want), name)
+  if new.tensor_scale is not None:
+    assert _u(got.tensor_scale) == _u(new.tensor_scale)
+  assert _u(got.amax) == _u(fp8lab.tensor_amax(x))
 
 
 # ----------------------------------------------------------------------------------------
