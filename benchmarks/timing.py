@@ -95,23 +95,29 @@ def compile_unrolled(op: Callable[..., Any], example_args: Sequence[Sequence[Any
   return jax.jit(unrolled).lower(list(example_args)).compile()
 
 
+def _sample(call: Callable[[], Any], *, reps: int, warmup: int, per: int) -> Timing:
+  """Timing of `call()` (its output blocked on): `warmup` untimed calls, then the median
+  (and percentiles, min) over `reps` timed ones, each divided by `per` (in Timing.copies)."""
+  for _ in range(warmup):
+    jax.block_until_ready(call())
+  samples = np.empty(reps)
+  for i in range(reps):
+    t0 = time.perf_counter()
+    out = call()
+    jax.block_until_ready(out)
+    samples[i] = time.perf_counter() - t0
+    del out
+  each = samples / per * 1e6
+  return Timing(median_us=float(np.median(each)), p25_us=float(np.percentile(each, 25)),
+                p75_us=float(np.percentile(each, 75)), min_us=float(each.min()),
+                copies=per, reps=reps, warmup=warmup)
+
+
 def time_compiled(compiled, args: Any, *, reps: int, warmup: int, copies: int) -> Timing:
   """Times `compiled(args)` (see the module docstring); per-op times are call times / copies."""
   if reps < 1 or copies < 1:
     raise ValueError(f"reps and copies must be >= 1, got {reps}, {copies}")
-  for _ in range(warmup):
-    jax.block_until_ready(compiled(args))
-  samples = np.empty(reps)
-  for i in range(reps):
-    t0 = time.perf_counter()
-    out = compiled(args)
-    jax.block_until_ready(out)
-    samples[i] = time.perf_counter() - t0
-    del out
-  per_op = samples / copies * 1e6
-  return Timing(median_us=float(np.median(per_op)), p25_us=float(np.percentile(per_op, 25)),
-                p75_us=float(np.percentile(per_op, 75)), min_us=float(per_op.min()),
-                copies=copies, reps=reps, warmup=warmup)
+  return _sample(lambda: compiled(args), reps=reps, warmup=warmup, per=copies)
 
 
 def dispatch_overhead_s(reps: int = 200) -> float:
@@ -224,24 +230,18 @@ def time_pipelined(fn: Callable[[], Any], *, steps: int, reps: int, warmup: int)
   """Per-call time of `fn()` called `steps` times back to back with one
   jax.block_until_ready at the end (the host enqueues call i+1 while the GPU runs call i, as
   a generation loop whose tokens stay on the device does): median over reps of the elapsed
-  time / steps."""
+  time / steps (Timing.copies = steps; each warm-up is one call)."""
   if reps < 1 or steps < 1:
     raise ValueError(f"reps and steps must be >= 1, got {reps}, {steps}")
   for _ in range(warmup):
     jax.block_until_ready(fn())
-  samples = np.empty(reps)
-  for i in range(reps):
-    t0 = time.perf_counter()
+
+  def run_steps():
     out = None
     for _ in range(steps):
       out = fn()
-    jax.block_until_ready(out)
-    samples[i] = time.perf_counter() - t0
-    del out
-  per = samples / steps * 1e6
-  return Timing(median_us=float(np.median(per)), p25_us=float(np.percentile(per, 25)),
-                p75_us=float(np.percentile(per, 75)), min_us=float(per.min()),
-                copies=steps, reps=reps, warmup=warmup)
+    return out
+  return _sample(run_steps, reps=reps, warmup=0, per=steps)
 
 
 def nbytes(tree: Any) -> int:

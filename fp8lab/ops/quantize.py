@@ -146,12 +146,7 @@ def quantize_with_amax(x, fmt: str, *, scaling=None, transpose: bool = False,
     if quantize_kwargs.get("axis", -1) not in (-1, 1):
       raise ValueError("transpose=True quantizes x along its last axis and x.T along its "
                        f"last; axis must be -1, got {quantize_kwargs['axis']!r}")
-  # The golden model's checks, run on shapes only: they raise before anything is computed, and
-  # the abstract result carries the static metadata that both implementations' results share.
-  static = {k: v for k, v in quantize_kwargs.items() if k not in ("key", "scale")}
-  meta = jax.eval_shape(functools.partial(_golden_leaves, fmt=qf.name, **static),
-                        x, quantize_kwargs.get("key"), quantize_kwargs.get("scale"))
-  impl = _resolve(_caller, implementation, interpret, meta, x, transpose, quantize_kwargs)
+  meta, impl = _plan(_caller, x, qf.name, implementation, interpret, transpose, quantize_kwargs)
   if impl == "reference":
     q = golden.quantize(x, qf.name, **quantize_kwargs)
     q_t = golden.quantize(x.T, qf.name, **quantize_kwargs) if transpose else None
@@ -180,10 +175,7 @@ def quantize_rows_into(x, dest, data, scales, fmt: str, *, implementation: str |
   arrays (donated); the reference quantizes with the golden model and scatters. Both give
   the same bytes. Arguments are assumed checked by the caller (ops/attention.py)."""
   qf = get_quantized_format(fmt)
-  static = {k: v for k, v in quantize_kwargs.items() if k not in ("key", "scale")}
-  meta = jax.eval_shape(functools.partial(_golden_leaves, fmt=qf.name, **static),
-                        x, quantize_kwargs.get("key"), quantize_kwargs.get("scale"))
-  impl = _resolve(_caller, implementation, interpret, meta, x, False, quantize_kwargs)
+  meta, impl = _plan(_caller, x, qf.name, implementation, interpret, False, quantize_kwargs)
   if impl == "reference":
     q = golden.quantize(x, qf.name, **quantize_kwargs)
     # negative rows would wrap: point them past the end, which mode="drop" drops
@@ -206,6 +198,17 @@ def _check_state(state: DelayedScaling) -> None:
                      f"n >= 1, and a float32 scalar scale; got amax_history "
                      f"{jnp.result_type(h)}{list(jnp.shape(h))}, scale "
                      f"{jnp.result_type(s)}{list(jnp.shape(s))}")
+
+
+def _plan(caller: str, x, fmt: str, implementation, interpret: bool, transpose: bool,
+          kw: dict) -> tuple[QuantizedArray, str]:
+  """(the call's abstract QuantizedArray, the implementation it runs). The golden model's
+  checks run on shapes only: they raise before anything is computed, and the abstract result
+  carries the static metadata that both implementations' results share."""
+  static = {k: v for k, v in kw.items() if k not in ("key", "scale")}
+  meta = jax.eval_shape(functools.partial(_golden_leaves, fmt=fmt, **static),
+                        x, kw.get("key"), kw.get("scale"))
+  return meta, _resolve(caller, implementation, interpret, meta, x, transpose, kw)
 
 
 def _golden_leaves(x, key, scale, *, fmt, **kw):
