@@ -191,10 +191,10 @@ def assert_same_floats(got, want):
 # Bit-exact agreement with the references over drawn inputs.
 
 # The four reference comparisons below compile quantize once per drawn shape, axis and mode:
-# the default run draws 40 examples each, FP8LAB_SLOW_TESTS=1 (or the heavy profile) the
+# the default run draws 20 examples each, FP8LAB_SLOW_TESTS=1 (or the heavy profile) the
 # profile's number.
 _REF_EXAMPLES = settings(max_examples=(settings().max_examples
-                                       if SLOW or settings().max_examples > 100 else 40))
+                                       if SLOW or settings().max_examples > 100 else 20))
 
 
 @pytest.mark.parametrize("fmt", sorted(MX))
