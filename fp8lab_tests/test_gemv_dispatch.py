@@ -451,6 +451,7 @@ def _bench_gemv_on_cpu(tmp_path, plan: str, batches: str) -> dict:
   return json.loads(out.read_text())
 
 
+@pytest.mark.slow    # ~14 s; the llama plan's CPU run below covers the named-plan path by default
 def test_named_plan_on_a_cpu_runs_the_smoke_sizes(tmp_path):
   """--plan=dispatch on a CPU keeps its ops and the --formats, at the smoke sizes; its JSON
   is a smoke run, which the tuning script refuses."""
