@@ -32,6 +32,7 @@ from fp8lab.numerics.hadamard import hadamard
 from fp8lab.ops import _op
 from fp8lab.ops._xla import xla_values
 from fp8lab.ops.quantize import quantize_rows_into as _quantize_rows_into
+from fp8lab.ops.quantize import scatter_rows as _scatter_rows
 from fp8lab.quantized import QuantizedArray
 
 __all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV", "CONFIG_ENV",
@@ -726,10 +727,8 @@ def kv_cache_update(cache, k_new, positions, *, block_tables=None, scale=None,
   if not isinstance(cache, QuantizedArray):
     if scale is not None:
       raise ValueError("kv_cache_update: scale is for quantized caches")
-    flat = cache.reshape(n_rows, cache.shape[3])
-    rows = jnp.where(dest < 0, n_rows, dest)
-    src = k_new.reshape(-1, k_new.shape[3]).astype(cache.dtype)
-    return flat.at[rows].set(src, mode="drop").reshape(cache.shape)
+    return _scatter_rows(cache.reshape(n_rows, cache.shape[3]), dest,
+                         k_new.reshape(-1, k_new.shape[3])).reshape(cache.shape)
   qf = get_quantized_format(cache.format)
   kw = dict(axis=-1, scale_mode=cache.scale_mode, hadamard=cache.hadamard,
             implementation=implementation)

@@ -178,14 +178,17 @@ def quantize_rows_into(x, dest, data, scales, fmt: str, *, implementation: str |
   meta, impl = _plan(_caller, x, qf.name, implementation, interpret, False, quantize_kwargs)
   if impl == "reference":
     q = golden.quantize(x, qf.name, **quantize_kwargs)
-    # negative rows would wrap: point them past the end, which mode="drop" drops
-    rows = jnp.where(dest < 0, data.shape[0], dest)
-
-    def put(dst, src):
-      return dst.at[rows].set(src.astype(dst.dtype), mode="drop")
-    return put(data, q.data), None if scales is None else put(scales, q.scales)
+    return (scatter_rows(data, dest, q.data),
+            None if scales is None else scatter_rows(scales, dest, q.scales))
   res = _launch(x, meta, False, quantize_kwargs, interpret, dest=dest, into=(data, scales))
   return res.data, res.scales
+
+
+def scatter_rows(dst, dest, src):
+  """dst (N, ...) with row dest[i] replaced by src[i] (cast to dst's dtype); rows whose dest
+  lies outside [0, N) are dropped (a negative one too: jnp would wrap it)."""
+  rows = jnp.where(dest < 0, dst.shape[0], dest)
+  return dst.at[rows].set(src.astype(dst.dtype), mode="drop")
 
 
 def _check_state(state: DelayedScaling) -> None:

@@ -606,7 +606,7 @@ def _quantize_2d(x, scale, amax, key, signs, history, dest, into, *, fmt, scale_
   aliases = {}
   if dest is not None:
     aliases = {len(operands) + 1: 0}
-    operands += [dest.astype(jnp.int32).reshape(-1), into[0].reshape(-1)]
+    operands += [dest, into[0].reshape(-1)]
     if has_scales:
       aliases[len(operands)] = 1
       operands.append(lax.bitcast_convert_type(into[1], _scale_dtype(kind)).reshape(-1))
@@ -763,7 +763,6 @@ def quantize_2d(x, *, fmt: str, scale_mode: str | None = None,
       if scales_in is None or tuple(scales_in.shape) != want or scales_in.dtype != sdt:
         raise ValueError(f"into's scales must be {want} {jnp.dtype(sdt).name}, got "
                          f"{None if scales_in is None else scales_in.shape}")
-    into = (data_in, scales_in)
   return _quantize_2d(x, scale, amax, key, signs, history, dest, into, fmt=qf.name,
                       scale_mode=scale_mode, block_shape=block, transpose=bool(transpose),
                       sr_bits=int(sr_bits), interpret=bool(interpret), config=config,
