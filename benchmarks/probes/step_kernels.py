@@ -1,0 +1,99 @@
+"""Every kernel of one decode step, in launch order (a probe; not a test).
+
+Builds bench_decode.py's step (its weights, caches, linear layers and attention) for a few
+layers at the 8B widths, runs it twice back to back under the profiler, and prints the
+second step's kernels in the order the GPU ran them: device time, the idle gap before it,
+and for an XLA fusion what it computes (its kind and the opcodes of its fused computation,
+from the optimized HLO). The rows of one layer say which small kernels sit around the
+GEMVs and the attention kernel, and what fusing them could save.
+
+  PYTHONPATH=. python3 benchmarks/probes/step_kernels.py fp8lab_e4m3:e4m3_block:1x4096 \\
+      [path:kv:BxL ...] [--layers=3]
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import sys
+
+import jax
+import jax.numpy as jnp
+
+from benchmarks import bench_decode as BD
+from benchmarks import timing
+
+_SKIP = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple"}
+
+
+def fusion_summaries(hlo: str) -> dict[str, str]:
+  """fusion instruction name -> 'kind: opcode counts' of its fused computation."""
+  comps: dict[str, list[str]] = {}
+  cur = None
+  for line in hlo.splitlines():
+    m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+    if m and not line.startswith(" "):
+      cur = m.group(1)
+      comps[cur] = []
+      continue
+    if cur is not None and line.startswith(" "):
+      op = re.search(r"= [^ ]+ ([\w\-]+)\(", line)
+      if op:
+        comps[cur].append(op.group(1))
+  out = {}
+  for line in hlo.splitlines():
+    m = re.search(r"%?([\w.\-]+) = (\S+) fusion\(.*kind=(\w+).*calls=%?([\w.\-]+)", line)
+    if m:
+      ops = collections.Counter(o for o in comps.get(m.group(4), []) if o not in _SKIP)
+      out[m.group(1)] = (f"{m.group(3)} {m.group(2)[:40]}: "
+                         + ",".join(f"{k}{'x%d' % v if v > 1 else ''}" for k, v in ops.most_common(8)))
+  return out
+
+
+def main(argv: list[str]) -> None:
+  layers, smoke = 3, False
+  cases = []
+  for a in argv:
+    if a.startswith("--layers="):
+      layers = int(a.split("=", 1)[1])
+    elif a == "--smoke":                 # the tiny model's widths (a CPU check of the script)
+      smoke = True
+    else:
+      cases.append(a)
+  model = (BD.dataclasses.replace(BD.SMOKE_MODEL, layers=layers, head_dim=64) if smoke
+           else BD.dataclasses.replace(BD.LLAMA3_8B, layers=layers))
+  for case in cases:
+    path, kv, bl = case.split(":")
+    batch, kv_len = BD.parse_case(bl)
+    params = BD.make_params(path, model, 0)
+    linear = BD.make_linear(path, None, False, jnp.bfloat16)
+    attn = "cudnn" if jax.default_backend() == "gpu" else "xla"
+    step = BD.make_step(model, linear, attn, kv, {}, "auto")
+    caches = BD.make_caches(model, batch, kv_len, 1, kv)
+    tokens = jnp.zeros((batch,), jnp.int32)
+    compiled = jax.jit(step, donate_argnums=(1,)).lower(params, caches, tokens).compile()
+    summaries = fusion_summaries(compiled.as_text())
+    run = BD.Stepper(compiled, params, caches, tokens)
+    jax.block_until_ready(run())
+    events = sorted(timing._gpu_kernel_events(run, None, runs=2, sync_each=False),
+                    key=lambda e: e[1])
+    n = len(events) // 2
+    if not n:
+      print(f"== {path} kv={kv} B={batch} L={kv_len}: no GPU kernels in the trace; "
+            f"{len(summaries)} fusions in the HLO", flush=True)
+      continue
+    second = events[n:]
+    print(f"== {path} kv={kv} B={batch} L={kv_len} layers={layers}: {n} kernels a step, "
+          f"device {sum(e[2] - e[1] for e in second) / 1e3:.1f} us, span "
+          f"{(second[-1][2] - second[0][1]) / 1e3:.1f} us", flush=True)
+    prev_end = second[0][1]
+    for name, start, end in second:
+      short = re.sub(r"^void |\(.*$", "", name)[:48]
+      print(f"  {(end - start) / 1e3:7.2f} us  gap {(start - prev_end) / 1e3:6.2f}  {short:<48} "
+            f"{summaries.get(name, '')[:110]}", flush=True)
+      prev_end = end
+    del run, compiled, params, caches
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
