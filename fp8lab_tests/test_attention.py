@@ -250,33 +250,38 @@ def _random_f32(rng, n, lo=-100, hi=100):
 
 def test_f16_operands():
   """The "f16" dots' operands. q (rows of random float32 patterns, 2^-60 .. 2^60 within a
-  row): parts of q * 2^s with s from the row's largest |q| (into [2^14, 2^15)), the factor
-  2^-s returned; float32 q as hi (<= 11 significant bits) + lo within 2^-22 |q 2^s| of it
-  per element (elements >= 2^-14 after the scaling), 2^-24 absolutely below; bfloat16 q as
-  one float16 part equal to q * 2^s exactly (its elements >= 2^-14 after the scaling). p's
+  row, given as the columns of two K planes, as the kernel loads them): parts of q * 2^s
+  with s from the row's largest |q| over both planes (into [2^14, 2^15)), the factor 2^-s
+  returned; float32 q as hi (<= 11 significant bits) + lo within 2^-22 |q 2^s| of it per
+  element (elements >= 2^-14 after the scaling), 2^-24 absolutely below; bfloat16 q as one
+  float16 part equal to q * 2^s exactly (its elements >= 2^-14 after the scaling). p's
   parts (t >= 0: rows of p times a factor): the same split of t * 2^s, [lo, hi]."""
   from fp8lab.kernels.attention import kernel as K
   rng = np.random.default_rng(7)
   rows, dim = 8, 64
-  x = _random_f32(rng, rows * dim, -60, 60).reshape(1, 1, rows, dim)
-  x[0, 0, 0, :5] = 0.0                               # zeros; a row of zeros
-  x[0, 0, 1] = 0.0
+  x = _random_f32(rng, rows * dim, -60, 60).reshape(rows, dim)
+  x[0, :5] = 0.0                                     # zeros; a row of zeros
+  x[1] = 0.0
+  x[2, 1::2] *= 2.0**-30                             # the row's largest |q| in plane 0
+  x[3, 0::2] *= 2.0**-30                             # ... in plane 1
   for dtype in (jnp.float32, jnp.bfloat16):
     q = jnp.asarray(x).astype(dtype)
-    parts, unscale = jax.jit(lambda a: K._q_operand(a, "f16"))(q)
+    planes, unscale = jax.jit(lambda a: K._q_parts([a[:, 0::2], a[:, 1::2]], "f16"))(q)
     q64 = np.asarray(q.astype(jnp.float32), np.float64)
-    scale = 1.0 / np.asarray(unscale, np.float64)[..., None]
+    scale = 1.0 / np.asarray(unscale, np.float64)[:, None]
     amax = np.abs(q64).max(-1, keepdims=True)
-    nz = amax[..., 0] > 0
+    nz = amax[:, 0] > 0
     assert np.all((amax * scale)[nz] >= 2.0**14) and np.all((amax * scale)[nz] < 2.0**15)
-    got = np.asarray(parts, np.float64).sum(axis=2)
+    got = np.zeros((rows, dim))
+    for j, parts in enumerate(planes):                # plane j: columns j, j + 2, ...
+      assert len(parts) == (1 if dtype == jnp.bfloat16 else 2)
+      assert all(p.dtype == jnp.float16 for p in parts)
+      got[:, j::2] = sum(np.asarray(p, np.float64) for p in parts)
     err = np.abs(got - q64 * scale)
     if dtype == jnp.bfloat16:
-      assert parts.shape[2] == 1
       normal = np.abs(q64 * scale) >= 2.0**-14
       np.testing.assert_array_equal(got[normal], (q64 * scale)[normal])
     else:
-      assert parts.shape[2] == 2
       assert np.all(err <= np.maximum(2.0**-22 * np.abs(q64 * scale), 2.0**-24))
     assert np.all(err[~nz] == 0)
   t = np.abs(_random_f32(rng, rows * 128, -40, 0)).reshape(rows, 128)
@@ -536,17 +541,18 @@ def test_splits_and_blocks(n_splits, block_s, dots, layout, kfmt, vfmt, dim):
   if bf16q:
     q = q.astype(jnp.bfloat16)
   lengths = _lengths(bsz, cap)
-  q_rows = jnp.pad(q.reshape(bsz, hkv, group, dim), ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
-  qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
+  qpos = jnp.full((bsz, 1), np.iinfo(np.int32).max, jnp.int32)
   cfg = AK.AttentionConfig(block_s=block_s, n_splits=n_splits, dots=dots, layout=layout,
                            decode="fast" if dots == "f16" else "integer")
-  o, lse = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
-                               kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim),
+  o, lse = AK.attention_pallas(q, qpos, jnp.asarray(lengths), None, k, v,
+                               kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), group=group,
                                capacity=cap, page_size=cap, sm_scale=dim ** -0.5, config=cfg,
-                               interpret=INTERPRET)
-  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32",
-                          f16=dots == "f16")
-  assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, "o")
+                               out_dtype=jnp.float32, interpret=INTERPRET)
+  want, want_lse, tol, lse_tol = ref64(q, _values64(k), _values64(v), lengths,
+                                       tensor_cores=dots != "f32", f16=dots == "f16")
+  assert o.shape == q.shape and lse.shape == q.shape[:3]
+  assert_close(np.asarray(o), want, tol, "o")
+  assert_close(np.asarray(lse), want_lse, lse_tol, "lse")
 
 
 def test_planes_serve():
@@ -653,12 +659,12 @@ def test_triton_lowering(fmt, dots, layout):
   plan = AK.kv_plan(kv, dim)
   cfg = AK.AttentionConfig(block_s=block_s, n_splits=4, dots=dots, layout=layout)
   q_bf16 = (KV_FORMATS + (None,)).index(fmt) % 2 == 0
-  f = lambda q_rows, qpos, n, table, k, v: AK.attention_pallas(
-      q_rows, qpos, n, table, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=32,
+  f = lambda q, qpos, n, table, k, v: AK.attention_partials(
+      q, qpos, n, table, k, v, kplan=plan, vplan=plan, group=4, capacity=cap, page_size=32,
       sm_scale=0.1, config=cfg)
   aval = jax.ShapeDtypeStruct
-  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.bfloat16 if q_bf16 else jnp.float32),
-                     aval((bsz, 16), jnp.int32), aval((bsz,), jnp.int32),
+  (ir,) = triton_irs(f, aval((bsz, 1, 4 * hkv, dim), jnp.bfloat16 if q_bf16 else jnp.float32),
+                     aval((bsz, 1), jnp.int32), aval((bsz,), jnp.int32),
                      aval((bsz, cap // 32), jnp.int32), kv, kv)
   assert "tt.func" in ir and "arith.divf" not in ir
   assert not re.search(r"\bf8E|\bf4E", ir), re.search(r"\bf8E\w*|\bf4E\w*", ir).group(0)
@@ -705,11 +711,11 @@ def test_triton_lowering_fast_decode(fmt, want):
   plan = AK.kv_plan(kv, dim)
   assert AK.plane_decode(plan, "fast", False) == ("e2m1_asm" if "fp4" in fmt else "native")
   cfg = AK.AttentionConfig(block_s=64, n_splits=2, dots="f16", decode="fast")
-  f = lambda q_rows, qpos, n, k, v: AK.attention_pallas(
-      q_rows, qpos, n, None, k, v, kplan=plan, vplan=plan, capacity=cap, page_size=cap,
+  f = lambda q, qpos, n, k, v: AK.attention_partials(
+      q, qpos, n, None, k, v, kplan=plan, vplan=plan, group=4, capacity=cap, page_size=cap,
       sm_scale=0.1, config=cfg)
   aval = jax.ShapeDtypeStruct
-  (ir,) = triton_irs(f, aval((bsz, hkv, 16, dim), jnp.bfloat16), aval((bsz, 16), jnp.int32),
+  (ir,) = triton_irs(f, aval((bsz, 1, 4 * hkv, dim), jnp.bfloat16), aval((bsz, 1), jnp.int32),
                      aval((bsz,), jnp.int32), kv, kv)
   asm = re.findall(r"tt\.elementwise_inline_asm .*", ir)
   assert len(asm) == 2 * plan.per_word and all(want in a for a in asm), len(asm)
@@ -730,15 +736,13 @@ def test_compiled_target_shape(fmt, dots):
   q = _normal(47, (bsz, 1, hkv * group, dim)).astype(jnp.bfloat16)
   lengths = np.array([cap - 5, 3001], np.int32)
   cfg = dataclasses.replace(AK.attention_config(bsz, hkv, cap, dim), dots=dots)
-  q_rows = jnp.pad(q.astype(jnp.float32).reshape(bsz, hkv, group, dim),
-                   ((0, 0), (0, 0), (0, 16 - group), (0, 0)))
-  qpos = jnp.full((bsz, 16), np.iinfo(np.int32).max, jnp.int32)
-  o, _ = AK.attention_pallas(q_rows, qpos, jnp.asarray(lengths), None, k, v,
-                             kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), capacity=cap,
-                             page_size=cap, sm_scale=dim ** -0.5, config=cfg)
+  qpos = jnp.full((bsz, 1), np.iinfo(np.int32).max, jnp.int32)
+  o, _ = AK.attention_pallas(q.astype(jnp.float32), qpos, jnp.asarray(lengths), None, k, v,
+                             kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), group=group,
+                             capacity=cap, page_size=cap, sm_scale=dim ** -0.5, config=cfg)
   want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=dots != "f32",
                           f16=dots == "f16")
-  assert_close(np.asarray(o)[:, :, :group].reshape(q.shape), want, tol, f"{fmt} {dots}")
+  assert_close(np.asarray(o), want, tol, f"{fmt} {dots}")
 
 
 # ---------------------------------------------------------------------------- transforms
@@ -943,27 +947,37 @@ def test_default_launch_per_format():
   assert dataclasses.replace(cfg(fp4), num_stages=2) == cfg(fp8) == cfg(())
 
 
-@pytest.mark.parametrize("batch,capacity,splits", [
-    (1, 4096, 32),       # eight waves: 1056 / 8 programs -> 128; 128 blocks of 32 allow 32
-    (16, 4096, 8),       # 1056 / 128 = 8.25 -> 8 splits of 16 blocks: the waves bind
-    (1, 32768, 128),     # 128 splits of 8 blocks
-    (8, 131072, 16),     # 1056 / 64 -> 16
-    (1, 200, 1),         # 7 blocks: one split
-    (1, 512, 4)])        # 16 blocks: four splits of 4
-def test_default_launch_splits(monkeypatch, batch, capacity, splits):
+@pytest.mark.parametrize("batch,capacity,splits,few", [
+    (1, 4096, 32, True),     # eight waves: 1056 / 8 programs -> 128; 128 blocks of 32 allow
+                             # 32; 256 programs are under four waves (528)
+    (16, 4096, 8, False),    # 1056 / 128 = 8.25 -> 8 splits of 16 blocks: the waves bind
+    (1, 32768, 128, False),  # 128 splits of 8 blocks, 1024 programs
+    (8, 131072, 16, False),  # 1056 / 64 -> 16
+    (4, 4096, 32, False),    # 1056 / 32 = 33 -> 32 splits, 1024 programs
+    (2, 4096, 32, True),     # 512 programs
+    (1, 200, 1, True),       # 7 blocks: one split
+    (1, 512, 4, True)])      # 16 blocks: four splits of 4
+def test_default_launch_splits(monkeypatch, batch, capacity, splits, few):
   """attention_config's KV splits on a 132-SM device (Hkv 8, D 128): the largest power of
   two that keeps B * Hkv * n_splits within eight waves of one-warp programs and each split
-  at least MIN_SPLIT_BLOCKS blocks of 32 positions; interpret mode keeps its two waves of
-  block_s 128 (rounded up) down to one-block splits."""
+  at least MIN_SPLIT_BLOCKS blocks of 32 positions; under FEW_WAVES waves of programs the
+  same splits in 4-warp programs of 128-position blocks, 1 stage; interpret mode keeps its
+  two waves of block_s 128 (rounded up) down to one-block splits."""
   monkeypatch.setattr(AK.kernel.device, "sm_count", lambda interpret=False: 132)
-  assert AK.kernel.MIN_SPLIT_BLOCKS == 4
+  assert AK.kernel.MIN_SPLIT_BLOCKS == 4 and AK.kernel.FEW_WAVES == 4
   cfg = AK.attention_config(batch, 8, capacity, 128)
-  assert (cfg.block_s, cfg.n_splits, cfg.num_warps) == (32, splits, 1)
+  assert (cfg.block_s, cfg.n_splits, cfg.num_warps, cfg.num_stages) == (
+      (128, splits, 4, 1) if few else (32, splits, 1, 2))
   # interpret: 2 * 132 / (8 B) programs wanted, at most one split per 128-position block
   want = -(-2 * 132 // (8 * batch))
   blocks = -(-capacity // 128)
   expect = min(1 << (want - 1).bit_length(), 1 << (blocks - 1).bit_length())
   assert AK.attention_config(batch, 8, capacity, 128, interpret=True).n_splits == expect
+  # 4-bit K or V: under FEW_WAVES_FP4 = 2 waves only (256 programs, not 512)
+  assert AK.kernel.FEW_WAVES_FP4 == 2
+  fp4 = (AK.kv_plan(_kv("nvfp4", jnp.zeros((1, 64, 1, 128))), 128),)
+  cfg = AK.attention_config(batch, 8, capacity, 128, plans=fp4)
+  assert (cfg.block_s, cfg.n_splits) == ((128 if few and batch * splits < 64 else 32), splits)
 
 
 @pytest.mark.parametrize("cfg", ["32:1:1:2", "16:2:1:0.5"])

@@ -9,7 +9,8 @@ variants of each format at the first size are run again at the other sizes, with
 first variant (the baseline). Results: a JSON in the usual form (run_info) and a table.
 
 Variant: dots:decode:block_s:num_warps:num_stages[:split_mult] (AttentionConfig fields;
-split_mult multiplies attention_config's n_splits, 0.5 halves it).
+split_mult multiplies attention_config's n_splits, 0.5 halves it), or "default"
+(attention_config's launch for the size and formats, as fp8lab.attention runs it).
 
   python benchmarks/probes/attention_configs.py --out=$OUT/attn_configs.json   # on the GPU
   python benchmarks/probes/attention_configs.py --sizes=2x256x8x2x64 --formats=e4m3_block \\
@@ -69,16 +70,22 @@ class Variant:
 
   @classmethod
   def parse(cls, s: str) -> "Variant":
+    if s == "default":                   # attention_config's launch as it is
+      return cls("default", "", 0, 0, 0)
     f = s.split(":")
     return cls(f[0], f[1], int(f[2]), int(f[3]), int(f[4]), float(f[5]) if len(f) > 5 else 1.0)
 
-  def config(self, bsz, hkv, cap, dim, interpret) -> AK.AttentionConfig:
-    base = AK.attention_config(bsz, hkv, cap, dim, interpret)
+  def config(self, bsz, hkv, cap, dim, interpret, plans=()) -> AK.AttentionConfig:
+    base = AK.attention_config(bsz, hkv, cap, dim, interpret, plans)
+    if self.dots == "default":
+      return base
     splits = max(1, int(base.n_splits * self.split_mult))
     return AK.AttentionConfig(block_s=self.block_s, n_splits=splits, num_warps=self.num_warps,
                               num_stages=self.num_stages, dots=self.dots, decode=self.decode)
 
   def name(self) -> str:
+    if self.dots == "default":
+      return "default"
     tail = "" if self.split_mult == 1.0 else f":{self.split_mult:g}"
     return f"{self.dots}:{self.decode}:{self.block_s}:{self.num_warps}:{self.num_stages}{tail}"
 
@@ -93,21 +100,18 @@ def _inputs(shape, fmt, seed):
     block = (dim,) if fp8lab.get_quantized_format(fmt).scaling == "block" else None
     k = fp8lab.quantize(k, fmt, block_shape=block)
     v = fp8lab.quantize(v, fmt, block_shape=block)
-  group = hq // hkv
-  rows = max(AK.MIN_ROWS, 1 << (group - 1).bit_length())
-  q_rows = jnp.pad(q.reshape(bsz, hkv, group, dim), ((0, 0), (0, 0), (0, rows - group), (0, 0)))
-  qpos = jnp.full((bsz, rows), np.iinfo(np.int32).max, jnp.int32)
+  qpos = jnp.full((bsz, 1), np.iinfo(np.int32).max, jnp.int32)
   lengths = jnp.full((bsz,), cap, jnp.int32)
-  return (q_rows, qpos, lengths, k, v), group
+  return (q, qpos, lengths, k, v), hq // hkv
 
 
 def _op(shape, kplan, vplan, cfg, interpret):
   bsz, cap, hq, hkv, dim = shape
 
-  def op(q_rows, qpos, lengths, k, v):
-    return AK.attention_pallas(q_rows, qpos, lengths, None, k, v, kplan=kplan, vplan=vplan,
-                               capacity=cap, page_size=cap, sm_scale=dim ** -0.5, config=cfg,
-                               interpret=interpret)[0]
+  def op(q, qpos, lengths, k, v):
+    return AK.attention_pallas(q, qpos, lengths, None, k, v, kplan=kplan, vplan=vplan,
+                               group=hq // hkv, capacity=cap, page_size=cap,
+                               sm_scale=dim ** -0.5, config=cfg, interpret=interpret)[0]
   return op
 
 
@@ -127,7 +131,7 @@ def main(argv):
   t0 = time.perf_counter()
 
   def run(shape, fmt, vlist):
-    args, group = _inputs(shape, fmt, seed=hash((shape, fmt)) % 1000)
+    args, _ = _inputs(shape, fmt, seed=hash((shape, fmt)) % 1000)
     kplan = AK.kv_plan(args[3], shape[4])
     vplan = AK.kv_plan(args[4], shape[4])
     moved = nbytes(args[3]) + nbytes(args[4]) + 2 * nbytes(args[0])
@@ -137,14 +141,14 @@ def main(argv):
       if _BUDGET.value and time.perf_counter() - t0 > _BUDGET.value:
         print(f"budget: skipping {fmt} {var.name()}", flush=True)
         continue
-      cfg = var.config(shape[0], shape[3], shape[1], shape[4], interpret)
+      cfg = var.config(shape[0], shape[3], shape[1], shape[4], interpret, (kplan, vplan))
       row = {"size": "x".join(map(str, shape)), "format": fmt, "variant": var.name(),
              "config": dataclasses.asdict(cfg), "bytes": moved}
       r, outs = timing.measure(_op(shape, kplan, vplan, cfg, interpret), [args],
                                reps=_REPS.value, warmup=2)
       row.update(r)
       if outs is not None:
-        o = np.asarray(outs[0], np.float32)[:, :, :group]
+        o = np.asarray(outs[0], np.float32)
         if first is None:
           first = o
         row["max_diff_vs_first"] = float(np.nanmax(np.abs(o - first)))

@@ -489,10 +489,6 @@ def _sdpa(implementation: str, sm_scale: float, masking: str, full: bool, q, k, 
 
 # ---------------------------------------------------------------------------- kernel path
 
-def _group_rows(tq: int, group: int) -> int:
-  return max(attn_kernel.MIN_ROWS, 1 << max(0, (tq * group - 1).bit_length()))
-
-
 def _prefill_call(interpret: bool, sm_scale: float, page_size: int, compute: str, q, k, v,
                   kv_lengths, q_positions, table=None):
   """The prefill kernel straight on (B, Tq, Hq, D): it reads q's rows and writes o's in
@@ -522,29 +518,20 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
                          q_positions, table)
   bsz, tq, hq, dim = q.shape
   hkv = k.shape[2]
-  group = hq // hkv
-  rows = _group_rows(tq, group)
-  # Query rows of KV head h: row t * group + g is token t, query head h * group + g. A
-  # bfloat16 q (unrotated) stays bfloat16: the kernel's bf16x3 dots take it as one exact part.
+  # The kernel reads q's (B, Tq, Hq, D) rows in place and the combine writes o's. A
+  # bfloat16 q (unrotated) stays bfloat16: the kernel's dots take it as one exact part.
   rotated = isinstance(k, QuantizedArray) and k.hadamard is not None
-  q32 = q if q.dtype == jnp.bfloat16 and not rotated else _rotate_q(k, q.astype(jnp.float32))
-  q32 = q32.reshape(bsz, tq, hkv, group, dim)
-  q_rows = jnp.transpose(q32, (0, 2, 1, 3, 4)).reshape(bsz, hkv, tq * group, dim)
-  q_rows = jnp.pad(q_rows, ((0, 0), (0, 0), (0, rows - tq * group), (0, 0)))
-  qpos = jnp.repeat(q_positions, group, axis=1)
-  qpos = jnp.pad(qpos, ((0, 0), (0, rows - tq * group)), constant_values=_NO_LIMIT)
+  qk = q if q.dtype == jnp.bfloat16 and not rotated else _rotate_q(k, q.astype(jnp.float32))
+  rotated_v = isinstance(v, QuantizedArray) and v.hadamard is not None
   capacity = _capacity(k, table, page_size)
   kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
   dots, layout = arith.split(":")          # AttentionConfig.dots, .layout
   cfg = dataclasses.replace(_launch_config(attn_kernel.attention_config(
       bsz, hkv, capacity, dim, interpret, (kplan, vplan))), dots=dots, layout=layout)
-  o, lse = attn_kernel.attention_pallas(q_rows, qpos, kv_lengths, table, k, v, kplan=kplan,
-                                        vplan=vplan, capacity=capacity, page_size=page_size,
-                                        sm_scale=sm_scale, config=cfg, interpret=interpret)
-  o = o[:, :, :tq * group].reshape(bsz, hkv, tq, group, dim)
-  o = jnp.transpose(o, (0, 2, 1, 3, 4)).reshape(bsz, tq, hq, dim)
-  lse = lse[:, :, :tq * group].reshape(bsz, hkv, tq, group)
-  lse = jnp.transpose(lse, (0, 2, 1, 3)).reshape(bsz, tq, hq)
+  o, lse = attn_kernel.attention_pallas(
+      qk, q_positions, kv_lengths, table, k, v, kplan=kplan, vplan=vplan, group=hq // hkv,
+      capacity=capacity, page_size=page_size, sm_scale=sm_scale, config=cfg,
+      out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 

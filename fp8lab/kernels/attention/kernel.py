@@ -43,18 +43,21 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from fp8lab.kernels import device, unpack
-from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _row_max, _scale_pow2, _x_shift
+from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2, _x_shift
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_plan,
                                          kv_refs, load_kv, load_kv_split, serves,
                                          softmax_step, split_serves)
 
 __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
            "attention_partials", "combine", "attention_pallas", "MIN_ROWS", "DOTS",
-           "LAYOUTS", "DECODES", "MIN_DOT_K", "split_serves", "split_bf16", "planes_serve",
+           "LAYOUTS", "DECODES", "MIN_DOT_K", "query_rows", "split_serves", "split_bf16",
+           "planes_serve",
            "f16_serves", "plane_decode"]
 
 # tl.dot needs M >= 16: the query rows of a program are padded to a power of two >= 16.
 MIN_ROWS = 16
+# The q position of a non-causal row (and of the padding rows): no key is past it.
+_NO_LIMIT = 2**31 - 1
 DOTS = ("f32", "bf16x3", "f16")
 # How the planes layout decodes e4m3 / e5m2 / e2m1 codes (AttentionConfig.decode): "integer"
 # (the float16 route, shifts and masks: unpack.decode_planes_16bit), "fast" (e4m3 / e5m2 by
@@ -114,6 +117,14 @@ def _prev_pow2(n: int) -> int:
 # many bytes as they read (8 MB a layer at the 8B step's B 1, L 4096) and make a 128-term
 # combine. 4 (and the waves rounded down) measured best: docs/attention_kernel.md section 3.
 MIN_SPLIT_BLOCKS = 4
+# Below this many waves of the one-warp programs (a short cache at a small batch: B 1,
+# L 4096 makes 256 programs of 128 positions on 132 SMs), programs take their positions in
+# blocks of FEW_BLOCK_S with 4 warps and 1 stage instead, the same splits: measured faster
+# there; FEW_WAVES_FP4 where K or V holds 4-bit codes, whose one-warp programs lost less
+# (docs/attention_kernel.md section 3).
+FEW_WAVES = 4
+FEW_WAVES_FP4 = 2
+FEW_BLOCK_S = 128
 
 
 def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
@@ -121,7 +132,9 @@ def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
   """The default launch (f16 dots, planes layout, decode "auto"). D <= 128: one-warp
   programs of block_s 32, 2 stages (1 when every plan in `plans`, K's and V's, is NVFP4),
   and KV splits n_splits the largest power of two with B * Hkv * n_splits within eight
-  waves of the device's SMs and at least MIN_SPLIT_BLOCKS blocks per split; D = 256:
+  waves of the device's SMs and at least MIN_SPLIT_BLOCKS blocks per split; where those
+  programs make fewer than FEW_WAVES waves (FEW_WAVES_FP4 with 4-bit K or V), the same
+  splits in 4-warp programs of FEW_BLOCK_S positions a block, 1 stage; D = 256:
   block_s 32 with 4 warps, n_splits the power of two at or above two waves, no more than
   the cache has blocks (its K / V tiles live in registers). The choice and its measured
   data: docs/attention_kernel.md section 3 (the launch probe). With interpret=True:
@@ -138,10 +151,14 @@ def attention_config(batch: int, kv_heads: int, capacity: int, dim: int,
     n_splits = min(_next_pow2(want), _next_pow2(blocks))
   else:
     n_splits = min(_prev_pow2(max(1, want)), _prev_pow2(max(1, blocks // MIN_SPLIT_BLOCKS)))
+  n_splits = max(1, n_splits)
   nvfp4 = bool(plans) and all(p.kind == "nvfp4" for p in plans)
   stages = 1 if (nvfp4 and small and not interpret) else 2
-  return AttentionConfig(block_s=block_s, n_splits=max(1, n_splits),
-                         num_warps=1 if small else 4, num_stages=stages)
+  few = FEW_WAVES_FP4 if any(p.per_word == 8 for p in plans) else FEW_WAVES
+  if small and not interpret and batch * kv_heads * n_splits < few * device.sm_count(interpret):
+    return AttentionConfig(block_s=FEW_BLOCK_S, n_splits=n_splits, num_warps=4, num_stages=1)
+  return AttentionConfig(block_s=block_s, n_splits=n_splits, num_warps=1 if small else 4,
+                         num_stages=stages)
 
 
 def _trunc_bf16(x):
@@ -344,14 +361,50 @@ def _f16_p_parts(t):
   return [lo, hi], _exp2_exact(-sh)
 
 
+def _query_rows(b, h, r, *, group: int, tq: int, kv_heads: int):
+  """Row r of program (b, h) is (token t = r // group, query head h * group + r % group) of
+  q's (B, Tq, Hq, D): its row index there, and whether it is a real row (t < Tq; the
+  others pad the program's rows to a power of two >= MIN_ROWS)."""
+  t = r // group
+  ok = t < tq
+  return (b * tq + t) * (kv_heads * group) + h * group + r % group, ok
+
+
+def _q_parts(cols, k_mode: str):
+  """q's K-dot operands from its columns of each K plane, cols[j] (rows, D / pw) float32 or
+  bfloat16 (zeros in padding rows): per plane the parts (summed by _split_dot, which takes
+  them last first), and for "f16" each row's 2^-s, else None. "f32": q in float32, one
+  part. "bf16": a bfloat16 q is its own exact part (K's values are exact in bfloat16, so the
+  products are exact either way); float32 q three exact bfloat16 parts. "f16": q scaled per
+  row by 2^s (its largest |q|, over every plane, into [2^14, 2^15)), then one float16 part
+  for bfloat16 q (exact where the scaled element is a normal float16: all but those under
+  2^-28 of the row's largest), two for float32 q (hi: 11 bits by masking, lo =
+  float16(rest): |hi + lo - x| <= 2^-22 |x|)."""
+  if k_mode == "f32":
+    return [[c.astype(jnp.float32)] for c in cols], None
+  if k_mode == "bf16":
+    if cols[0].dtype == jnp.bfloat16:
+      return [[c] for c in cols], None
+    return [split_bf16(c.astype(jnp.float32)) for c in cols], None
+  c32 = [c.astype(jnp.float32) for c in cols]
+  a = None
+  for c in c32:
+    cm = jnp.max(jnp.abs(c), axis=1)
+    a = cm if a is None else jnp.maximum(a, cm)
+  sh = _f16_shift(a)
+  qs = [_scale_pow2(c, sh[:, None]) for c in c32]
+  if cols[0].dtype == jnp.bfloat16:
+    return [[x.astype(jnp.float16)] for x in qs], _exp2_exact(-sh)
+  return [_f16_parts(x)[::-1] for x in qs], _exp2_exact(-sh)
+
+
 def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, rows: int,
-            capacity: int, page_size: int, pages: int, split_len: int, n_splits: int,
-            sm_scale: float, block_s: int, k_mode: str, v_mode: str, pool_pages: int,
-            k_planes: bool, v_planes: bool, k_order: str, v_order: str, q_parts: int,
+            group: int, tq: int, capacity: int, page_size: int, pages: int, split_len: int,
+            n_splits: int, sm_scale: float, block_s: int, k_mode: str, v_mode: str,
+            pool_pages: int, k_planes: bool, v_planes: bool, k_order: str, v_order: str,
             interpret: bool):
   it = iter(refs)
   q_ref, qpos_ref, len_ref = next(it), next(it), next(it)
-  qs_ref = next(it) if k_mode == "f16" else None
   table_ref = next(it) if paged else None
 
   k_refs, v_refs = kv_refs(it, kplan), kv_refs(it, vplan)
@@ -369,11 +422,17 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   b, h, sp = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   r = lax.iota(jnp.int32, rows)
   prog = b * kv_heads + h
-  # q's columns of each K plane, gathered once per program (outside the loop): q_parts
-  # parts (B, Hkv, parts, rows, D) float16 / bfloat16, or one float32.
-  q_in = [[q_ref[(((prog * q_parts + i) * rows + r) * dim)[:, None] + k_elems[j][None, :]]
-           for i in range(q_parts)] for j in range(kpw)]
-  qpos = qpos_ref[b * rows + r]                                          # (rows,) int32
+  # q's columns of each K plane, gathered once per program (outside the loop) from q's
+  # (B, Tq, Hq, D) rows (padding rows read as zeros), and cut into the dots' parts here.
+  q_row, row_ok = _query_rows(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
+  q_row = jnp.where(row_ok, q_row, 0)
+  q_mask = jnp.broadcast_to(row_ok[:, None], (rows, kdw))
+  q_in, q_unscale = _q_parts(
+      [plgpu.load(q_ref.at[(q_row * dim)[:, None] + k_elems[j][None, :]], mask=q_mask,
+                  other=0) for j in range(kpw)], k_mode)
+  # Each row's q position (padding rows: no limit; they see what row 0 sees, discarded).
+  qpos = plgpu.load(qpos_ref.at[jnp.where(row_ok, b * tq + r // group, 0)], mask=row_ok,
+                    other=_NO_LIMIT)                                     # (rows,) int32
   length = jnp.clip(plgpu.load(len_ref.at[b]), 0, capacity)
   start = sp * split_len
   end = jnp.minimum(start + split_len, length)
@@ -385,8 +444,8 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   v_scalar = _tensor_scale(vplan, v_refs) if (v_planes or v_mode != "f32") else None
   # Per-row factor of the scores: q's 2^-s for the float16 parts, then the constants.
   k_fac = jnp.float32(k_sm) if k_scalar is None else k_scalar * jnp.float32(k_sm)
-  if qs_ref is not None:
-    k_fac = qs_ref[prog * rows + r] * k_fac                              # (rows,)
+  if q_unscale is not None:
+    k_fac = q_unscale * k_fac                                            # (rows,)
 
   def dot32(a, bb):
     return jnp.dot(a, bb, precision=lax.Precision.HIGHEST, preferred_element_type=jnp.float32)
@@ -418,7 +477,7 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
       s = qk(q_in[0], load_kv(kplan, k_refs, rows_off, valid, block_s).T)
     if k_pos is not None:
       s = s * k_pos[None, :]
-    s = s * (k_fac[:, None] if qs_ref is not None else k_fac)
+    s = s * (k_fac[:, None] if q_unscale is not None else k_fac)
     m_new, alpha, p, l = softmax_step(s, valid, pos, qpos, m, l)
     vs = None
     if v_planes:
@@ -453,46 +512,33 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
       if v_scalar is not None:
         oj = oj * v_scalar
     # plane j's column w is element v_elems[j][w]: stored in natural order (once per program)
-    plgpu.store(o_ref.at[((part * rows + r) * dim)[:, None] + v_elems[j][None, :]], oj)
-  plgpu.store(m_ref.at[part * rows + r], m)
-  plgpu.store(l_ref.at[part * rows + r], l)
+    # Real rows only (combine reads no others).
+    plgpu.store(o_ref.at[((part * rows + r) * dim)[:, None] + v_elems[j][None, :]], oj,
+                mask=jnp.broadcast_to(row_ok[:, None], (rows, vdw)))
+  plgpu.store(m_ref.at[part * rows + r], m, mask=row_ok)
+  plgpu.store(l_ref.at[part * rows + r], l, mask=row_ok)
 
 
-def _q_operand(q_rows, k_mode: str):
-  """q's parts for K's dots, (B, Hkv, parts, rows, D), and for "f16" the per-row 2^-s
-  (B, Hkv, rows) float32, else None. "f32": q in float32, one part. "bf16": a bfloat16 q
-  is its own exact part (K's values are exact in bfloat16, so the products are exact
-  either way); other q three exact bfloat16 parts. "f16": q scaled per row by 2^s (its
-  largest |q| into [2^14, 2^15)), then one float16 part for bfloat16 / float16 q (exact
-  where the scaled element is a normal float16: all but those under 2^-28 of the row's
-  largest), two (hi: 11 bits by masking, lo = float16(rest): |hi + lo - x| <= 2^-22 |x|)
-  for float32 q."""
-  if k_mode == "f32":
-    return q_rows.astype(jnp.float32)[:, :, None], None
-  if k_mode == "bf16":
-    if q_rows.dtype == jnp.bfloat16:
-      return q_rows[:, :, None], None
-    return jnp.stack(split_bf16(q_rows.astype(jnp.float32)), axis=2), None
-  q32 = q_rows.astype(jnp.float32)
-  sh = _f16_shift(_row_max(q32))
-  qs = _scale_pow2(q32, sh[..., None])
-  if q_rows.dtype in (jnp.bfloat16, jnp.float16):
-    parts = [qs.astype(jnp.float16)]
-  else:
-    parts = _f16_parts(qs)[::-1]                     # smallest first: _split_dot's order
-  return jnp.stack(parts, axis=2), _exp2_exact(-sh)
+def query_rows(tq: int, group: int) -> int:
+  """The query rows of a program: the Tq tokens times the GQA group, padded to a power of
+  two >= MIN_ROWS (tl.dot's smallest M)."""
+  return max(MIN_ROWS, _next_pow2(tq * group))
 
 
-def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan,
-                       capacity: int, page_size: int, sm_scale: float,
+def attention_partials(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan,
+                       group: int, capacity: int, page_size: int, sm_scale: float,
                        config: AttentionConfig, interpret: bool = False):
   """The kernel's per-split (o, m, l): (B, Hkv, n_splits, rows, D), (B, Hkv, n_splits,
-  rows) twice, float32. q_rows (B, Hkv, rows, D) float32 or bfloat16 (fewer exact parts on
-  the bf16x3 / f16 dots); qpos (B, rows) int32 (a key at a position > its row's qpos is
-  masked); kv_len (B,) int32; table (B, pages) int32 or None (contiguous: k / v rows
-  b * capacity + pos); k, v the KV operands (QuantizedArrays with leaves (..., Hkv,
-  D / per_word), or float arrays). Arguments are assumed checked."""
-  bsz, kv_heads, rows, dim = q_rows.shape
+  rows) twice, float32, rows = query_rows(Tq, group) (row t * group + g: token t, query
+  head h * group + g of KV head h; rows past Tq * group are padding). q (B, Tq, Hq, D)
+  float32 or bfloat16 (read in place; bfloat16 takes fewer exact parts on the bf16x3 / f16
+  dots); qpos (B, Tq) int32 (a key at a position > its token's qpos is masked); kv_len (B,)
+  int32; table (B, pages) int32 or None (contiguous: k / v rows b * capacity + pos); k, v
+  the KV operands (QuantizedArrays with leaves (..., Hkv, D / per_word), or float arrays).
+  Arguments are assumed checked."""
+  bsz, tq, hq, dim = q.shape
+  kv_heads = hq // group
+  rows = query_rows(tq, group)
   n_splits = config.n_splits
   split_len = pl.cdiv(pl.cdiv(capacity, n_splits), config.block_s) * config.block_s
   paged = table is not None
@@ -503,21 +549,20 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
   v_mode = _operand_mode(vplan, config, v_planes)
   k_order = plane_decode(kplan, config.decode, interpret) if k_planes else "code"
   v_order = plane_decode(vplan, config.decode, interpret) if v_planes else "code"
-  q_in, q_unscale = _q_operand(q_rows, k_mode)
-  operands = [q_in.reshape(-1), qpos.reshape(-1), kv_len.astype(jnp.int32)]
-  if q_unscale is not None:
-    operands.append(q_unscale.reshape(-1))
+  if q.dtype != jnp.bfloat16:
+    q = q.astype(jnp.float32)
+  operands = [q.reshape(-1), qpos.astype(jnp.int32).reshape(-1), kv_len.astype(jnp.int32)]
   if paged:
     operands.append(table.astype(jnp.int32).reshape(-1))
   operands += kv_leaves(k, kplan) + kv_leaves(v, vplan)
   n_parts = bsz * kv_heads * n_splits
   kernel = functools.partial(
       _kernel, kplan=kplan, vplan=vplan, paged=paged, kv_heads=kv_heads, rows=rows,
-      capacity=capacity, page_size=page_size, pages=pages, split_len=split_len,
-      n_splits=n_splits, sm_scale=float(sm_scale), block_s=config.block_s, k_mode=k_mode,
-      v_mode=v_mode, pool_pages=k.shape[0] if paged else 1, k_planes=k_planes,
-      v_planes=v_planes, k_order=k_order, v_order=v_order, q_parts=q_in.shape[2],
-      interpret=interpret)
+      group=group, tq=tq, capacity=capacity, page_size=page_size, pages=pages,
+      split_len=split_len, n_splits=n_splits, sm_scale=float(sm_scale),
+      block_s=config.block_s, k_mode=k_mode, v_mode=v_mode,
+      pool_pages=k.shape[0] if paged else 1, k_planes=k_planes, v_planes=v_planes,
+      k_order=k_order, v_order=v_order, interpret=interpret)
   o, m, l = pl.pallas_call(
       kernel,
       out_shape=(jax.ShapeDtypeStruct((n_parts * rows * dim,), jnp.float32),
@@ -533,30 +578,103 @@ def attention_partials(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vpla
   return o.reshape(shape + (dim,)), m.reshape(shape), l.reshape(shape)
 
 
-def combine(o, m, l):
-  """Merges the splits (axis 2) by their log-sum-exp, in float32, a fixed order of adds:
-  (o / L, lse) with L = sum_s exp(m_s - M) l_s, lse = M + log L; a row with no key gets
-  o = 0 and lse = -inf."""
-  mx = jnp.max(m, axis=2)
+def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, rows: int,
+                    dim: int, n_splits: int, real_rows: int, block_d: int, block_s: int,
+                    n_chunks: int, group: int, tq: int, spare: int):
+  """One (batch row, KV head, block_d columns of D): the splits merged in chunks of
+  block_s splits (a chunk's (block_s, real_rows, block_d) partials load at once; splits past
+  n_splits read as empty), its real rows stored into (B, Tq, Hq, D) and, from the first
+  column block, the log-sum-exps into (B, Tq, Hq)."""
+  b, h, c = pl.program_id(0), pl.program_id(1), pl.program_id(2)
+  r = lax.iota(jnp.int32, real_rows)
+  d = c * block_d + lax.iota(jnp.int32, block_d)
+  base = (b * kv_heads + h) * n_splits
+
+  def rows_of(i):                      # chunk i: (block_s, real_rows) partial rows, valid
+    sp = i * block_s + lax.iota(jnp.int32, block_s)
+    ok = (sp < n_splits)[:, None] & (r < tq * group)[None, :]
+    return jnp.where(ok, ((base + sp) * rows)[:, None] + r[None, :], 0), ok
+
+  def m_of(i):
+    row, ok = rows_of(i)
+    return plgpu.load(m_ref.at[row], mask=ok, other=-jnp.inf), row, ok
+
+  mx = lax.fori_loop(0, n_chunks, lambda i, a: jnp.maximum(a, jnp.max(m_of(i)[0], axis=0)),
+                     jnp.full((real_rows,), -jnp.inf, jnp.float32))
   m_safe = jnp.where(mx == -jnp.inf, 0.0, mx)
-  w = jnp.exp(m - m_safe[:, :, None])                         # (B, Hkv, n_splits, rows)
-  n_splits = m.shape[2]
-  num, den = o[:, :, 0] * w[:, :, 0, :, None], l[:, :, 0] * w[:, :, 0]
-  for i in range(1, n_splits):                                # fixed order: deterministic
-    num = num + o[:, :, i] * w[:, :, i, :, None]
-    den = den + l[:, :, i] * w[:, :, i]
-  out = jnp.where(den[..., None] > 0, num / jnp.where(den > 0, den, 1.0)[..., None], 0.0)
-  lse = jnp.where(den > 0, m_safe + jnp.log(jnp.where(den > 0, den, 1.0)), -jnp.inf)
-  return out, lse
+
+  def add(i, carry):
+    num, den = carry
+    m, row, ok = m_of(i)
+    w = jnp.exp(m - m_safe[None, :])                     # 0 for empty splits (m = -inf)
+    l = plgpu.load(l_ref.at[row], mask=ok, other=0.0)
+    mask = jnp.broadcast_to(ok[:, :, None], (block_s, real_rows, block_d))
+    o = plgpu.load(o_ref.at[(row * dim)[:, :, None] + d[None, None, :]], mask=mask, other=0.0)
+    return num + jnp.sum(o * w[:, :, None], axis=0), den + jnp.sum(l * w, axis=0)
+
+  num, den = lax.fori_loop(0, n_chunks, add, (jnp.zeros((real_rows, block_d), jnp.float32),
+                                              jnp.zeros((real_rows,), jnp.float32)))
+  has = den > 0
+  den_safe = jnp.where(has, den, 1.0)
+  out = jnp.where(has[:, None], num / den_safe[:, None], 0.0)
+  lse = jnp.where(has, m_safe + jnp.log(den_safe), -jnp.inf)
+  q_row, ok = _query_rows(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
+  # Rows past Tq * group are masked; compiled, a masked lane touches no memory, but
+  # interpret mode stores every lane (the old value where masked), so there they point at
+  # spare rows past the outputs' end (`spare`), never at a real row.
+  q_row = jnp.where(ok, q_row, spare + r if spare else 0)
+  plgpu.store(out_ref.at[(q_row * dim)[:, None] + d[None, :]], out.astype(out_ref.dtype),
+              mask=jnp.broadcast_to(ok[:, None], (real_rows, block_d)))
+  first = ok & (c == 0)                # one program per row stores its lse
+  plgpu.store(lse_ref.at[jnp.where(first, q_row, spare + r if spare else 0)], lse, mask=first)
 
 
-@functools.partial(jax.jit, static_argnames=("kplan", "vplan", "capacity", "page_size",
-                                             "sm_scale", "config", "interpret"))
-def attention_pallas(q_rows, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan,
-                     capacity: int, page_size: int, sm_scale: float,
-                     config: AttentionConfig, interpret: bool = False):
-  """(o (B, Hkv, rows, D), lse (B, Hkv, rows)) float32: attention_partials, then combine."""
-  return combine(*attention_partials(q_rows, qpos, kv_len, table, k, v, kplan=kplan,
-                                     vplan=vplan, capacity=capacity, page_size=page_size,
-                                     sm_scale=sm_scale, config=config, interpret=interpret))
+# The combine's tiles: at most this many float32 partials per program and chunk.
+_COMBINE_TILE = 4096
 
+
+def combine(o, m, l, *, group: int, tq: int, out_dtype, interpret: bool = False):
+  """Merges attention_partials' splits by their log-sum-exp, in float32, in one Pallas
+  kernel (a program per batch row, KV head and block of D's columns; the splits added in
+  a fixed reduction order: no atomics, bitwise deterministic): (o (B, Tq, Hq, D) in
+  out_dtype, lse (B, Tq, Hq) float32) with o = sum_s w_s o_s / L, w_s = exp(m_s - M),
+  M = max_s m_s, L = sum_s w_s l_s, lse = M + log L; a row with no key gets o = 0 and
+  lse = -inf. Only the Tq * group real rows of the partials are read."""
+  bsz, kv_heads, n_splits, rows, dim = o.shape
+  real_rows = _next_pow2(tq * group)
+  s_pad = _next_pow2(n_splits)
+  block_d = min(dim, 32 if s_pad * real_rows <= 128 else 16)
+  block_s = max(1, min(s_pad, _COMBINE_TILE // (real_rows * block_d)))
+  n_rows = bsz * tq * kv_heads * group
+  spare = n_rows if interpret else 0
+  extra = real_rows if spare else 0
+  out, lse = pl.pallas_call(
+      functools.partial(_combine_kernel, kv_heads=kv_heads, rows=rows, dim=dim,
+                        n_splits=n_splits, real_rows=real_rows, block_d=block_d,
+                        block_s=block_s, n_chunks=s_pad // block_s, group=group, tq=tq,
+                        spare=spare),
+      out_shape=(jax.ShapeDtypeStruct(((n_rows + extra) * dim,), out_dtype),
+                 jax.ShapeDtypeStruct((n_rows + extra,), jnp.float32)),
+      grid=(bsz, kv_heads, dim // block_d),
+      compiler_params=plgpu.CompilerParams(
+          num_warps=max(1, min(4, block_s * real_rows * block_d // 1024)), num_stages=1),
+      interpret=interpret, name="fp8lab_attention_combine",
+  )(o.reshape(-1), m.reshape(-1), l.reshape(-1))
+  return (out[:n_rows * dim].reshape(bsz, tq, kv_heads * group, dim),
+          lse[:n_rows].reshape(bsz, tq, kv_heads * group))
+
+
+@functools.partial(jax.jit, static_argnames=("kplan", "vplan", "group", "capacity",
+                                             "page_size", "sm_scale", "config", "out_dtype",
+                                             "interpret"))
+def attention_pallas(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KVPlan,
+                     group: int, capacity: int, page_size: int, sm_scale: float,
+                     config: AttentionConfig, out_dtype=None, interpret: bool = False):
+  """(o (B, Tq, Hq, D) in out_dtype (default q's), lse (B, Tq, Hq) float32):
+  attention_partials, then combine. Two kernels; q is read and o written in place."""
+  out_dtype = q.dtype if out_dtype is None else out_dtype
+  parts = attention_partials(q, qpos, kv_len, table, k, v, kplan=kplan, vplan=vplan,
+                             group=group, capacity=capacity, page_size=page_size,
+                             sm_scale=sm_scale, config=config, interpret=interpret)
+  return combine(*parts, group=group, tq=q.shape[1], out_dtype=out_dtype,
+                 interpret=interpret)
