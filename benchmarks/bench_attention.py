@@ -109,6 +109,9 @@ SIZES = {
     "b8_s128k": Size(8, 131072, 32, 8, 128),
     "b8_s8k": Size(8, 8192, 32, 8, 128),
     "b1_s128k": Size(1, 131072, 32, 8, 128),
+    # the Llama-3-8B decode step's attention (bench_decode.py's 1x4096 and 16x4096 cases)
+    "b1_s4k": Size(1, 4096, 32, 8, 128),
+    "b16_s4k": Size(16, 4096, 32, 8, 128),
     "smoke": Size(2, 256, 8, 2, 64),      # S: whole pages, and k_splits (16) of JAX gqa
     # Prefill (issue 22): B = 1, 8 heads, S = 8192, D = 128, causal and not; Llama-style GQA
     # (32 query / 8 KV heads) causal; Feather's configuration (1 head, e5m2) at D = 256, the
