@@ -1,8 +1,9 @@
 """Split-K flash-decoding attention over a packed KV cache (fp8lab.attention's kernel).
 
 Grid (B, Hkv, n_splits). Program (b, h, s) takes every query row of KV head h of batch row b
-(the GQA group times the query tokens, padded to a power of two >= 16 rows for tl.dot) and
-the cache positions [s * split_len, (s + 1) * split_len) of that row, in blocks of block_s
+(the GQA group times the query tokens, padded to a power of two >= 16 rows for tl.dot; read
+in place from q's (B, Tq, Hq, D) and cut into the dots' parts in the kernel) and the cache
+positions [s * split_len, (s + 1) * split_len) of that row, in blocks of block_s
 positions. Per block:
 
   1. the row of each position: b * S + pos (contiguous) or table[b, pos // page] * page +
@@ -27,9 +28,9 @@ positions. Per block:
   4. online softmax in float32 (running max m, sum l; a row with no key yet keeps m = -inf
      and contributes nothing, without NaN); o = alpha o + p @ V (p in three bfloat16 parts
      on the bf16x3 dots; planes: one accumulator per V plane, stored in natural order).
-The program writes its unnormalized (o, m, l); `combine` merges the splits by their
-log-sum-exp in a fixed order (no atomics: bitwise deterministic).
-"""
+The program writes its real rows' unnormalized (o, m, l); `combine`, a second kernel, merges
+the splits by their log-sum-exp in a fixed order (no atomics: bitwise deterministic) and
+writes o and lse into (B, Tq, Hq, D) and (B, Tq, Hq)."""
 
 from __future__ import annotations
 
