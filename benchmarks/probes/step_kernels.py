@@ -14,6 +14,7 @@ GEMVs and the attention kernel, and what fusing them could save.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 import sys
 
@@ -60,8 +61,8 @@ def main(argv: list[str]) -> None:
       smoke = True
     else:
       cases.append(a)
-  model = (BD.dataclasses.replace(BD.SMOKE_MODEL, layers=layers, head_dim=64) if smoke
-           else BD.dataclasses.replace(BD.LLAMA3_8B, layers=layers))
+  model = (dataclasses.replace(BD.SMOKE_MODEL, layers=layers, head_dim=64) if smoke
+           else dataclasses.replace(BD.LLAMA3_8B, layers=layers))
   for case in cases:
     path, kv, bl = case.split(":")
     batch, kv_len = BD.parse_case(bl)

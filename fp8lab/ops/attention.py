@@ -72,7 +72,7 @@ DECODE_ROWS = 64
 # (default, where kernels/attention.planes_serve takes the operand) or "elements".
 LAYOUT_ENV = "FP8LAB_ATTENTION_LAYOUT"
 # The position given to query rows that see every key (non-causal attention).
-_NO_LIMIT = np.iinfo(np.int32).max
+_NO_LIMIT = attn_kernel.NO_LIMIT
 
 
 def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = False,

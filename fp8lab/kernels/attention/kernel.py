@@ -45,9 +45,9 @@ from jax.experimental.pallas import triton as plgpu
 
 from fp8lab.kernels import device, unpack
 from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2, _x_shift
-from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_plan,
-                                         kv_refs, load_kv, load_kv_split, serves,
-                                         softmax_step, split_serves)
+from fp8lab.kernels.attention.kv import (NO_LIMIT, KVPlan, cache_row_offsets, kv_leaves,
+                                         kv_plan, kv_refs, load_kv, load_kv_split,
+                                         query_row, serves, softmax_step, split_serves)
 
 __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
            "attention_partials", "combine", "attention_pallas", "MIN_ROWS", "DOTS",
@@ -57,8 +57,6 @@ __all__ = ["KVPlan", "kv_plan", "serves", "AttentionConfig", "attention_config",
 
 # tl.dot needs M >= 16: the query rows of a program are padded to a power of two >= 16.
 MIN_ROWS = 16
-# The q position of a non-causal row (and of the padding rows): no key is past it.
-_NO_LIMIT = 2**31 - 1
 DOTS = ("f32", "bf16x3", "f16")
 # How the planes layout decodes e4m3 / e5m2 / e2m1 codes (AttentionConfig.decode): "integer"
 # (the float16 route, shifts and masks: unpack.decode_planes_16bit), "fast" (e4m3 / e5m2 by
@@ -362,15 +360,6 @@ def _f16_p_parts(t):
   return [lo, hi], _exp2_exact(-sh)
 
 
-def _query_rows(b, h, r, *, group: int, tq: int, kv_heads: int):
-  """Row r of program (b, h) is (token t = r // group, query head h * group + r % group) of
-  q's (B, Tq, Hq, D): its row index there, and whether it is a real row (t < Tq; the
-  others pad the program's rows to a power of two >= MIN_ROWS)."""
-  t = r // group
-  ok = t < tq
-  return (b * tq + t) * (kv_heads * group) + h * group + r % group, ok
-
-
 def _q_parts(cols, k_mode: str):
   """q's K-dot operands from its columns of each K plane, cols[j] (rows, D / pw) float32 or
   bfloat16 (zeros in padding rows): per plane the parts (summed by _split_dot, which takes
@@ -425,15 +414,15 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, row
   prog = b * kv_heads + h
   # q's columns of each K plane, gathered once per program (outside the loop) from q's
   # (B, Tq, Hq, D) rows (padding rows read as zeros), and cut into the dots' parts here.
-  q_row, row_ok = _query_rows(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
+  q_row, t, row_ok = query_row(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
   q_row = jnp.where(row_ok, q_row, 0)
   q_mask = jnp.broadcast_to(row_ok[:, None], (rows, kdw))
   q_in, q_unscale = _q_parts(
       [plgpu.load(q_ref.at[(q_row * dim)[:, None] + k_elems[j][None, :]], mask=q_mask,
                   other=0) for j in range(kpw)], k_mode)
   # Each row's q position (padding rows: no limit; they see what row 0 sees, discarded).
-  qpos = plgpu.load(qpos_ref.at[jnp.where(row_ok, b * tq + r // group, 0)], mask=row_ok,
-                    other=_NO_LIMIT)                                     # (rows,) int32
+  qpos = plgpu.load(qpos_ref.at[jnp.where(row_ok, b * tq + t, 0)], mask=row_ok,
+                    other=NO_LIMIT)                                      # (rows,) int32
   length = jnp.clip(plgpu.load(len_ref.at[b]), 0, capacity)
   start = sp * split_len
   end = jnp.minimum(start + split_len, length)
@@ -580,19 +569,19 @@ def attention_partials(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KV
 
 
 def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, rows: int,
-                    dim: int, n_splits: int, real_rows: int, block_d: int, block_s: int,
+                    dim: int, n_splits: int, real_rows: int, block_d: int, block_splits: int,
                     n_chunks: int, group: int, tq: int, spare: int):
   """One (batch row, KV head, block_d columns of D): the splits merged in chunks of
-  block_s splits (a chunk's (block_s, real_rows, block_d) partials load at once; splits past
-  n_splits read as empty), its real rows stored into (B, Tq, Hq, D) and, from the first
-  column block, the log-sum-exps into (B, Tq, Hq)."""
+  block_splits splits (a chunk's (block_splits, real_rows, block_d) partials load at once;
+  splits past n_splits read as empty), its real rows stored into (B, Tq, Hq, D) and, from
+  the first column block, the log-sum-exps into (B, Tq, Hq)."""
   b, h, c = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   r = lax.iota(jnp.int32, real_rows)
   d = c * block_d + lax.iota(jnp.int32, block_d)
   base = (b * kv_heads + h) * n_splits
 
-  def rows_of(i):                      # chunk i: (block_s, real_rows) partial rows, valid
-    sp = i * block_s + lax.iota(jnp.int32, block_s)
+  def rows_of(i):                      # chunk i: (block_splits, real_rows) partial rows, valid
+    sp = i * block_splits + lax.iota(jnp.int32, block_splits)
     ok = (sp < n_splits)[:, None] & (r < tq * group)[None, :]
     return jnp.where(ok, ((base + sp) * rows)[:, None] + r[None, :], 0), ok
 
@@ -609,7 +598,7 @@ def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, row
     m, row, ok = m_of(i)
     w = jnp.exp(m - m_safe[None, :])                     # 0 for empty splits (m = -inf)
     l = plgpu.load(l_ref.at[row], mask=ok, other=0.0)
-    mask = jnp.broadcast_to(ok[:, :, None], (block_s, real_rows, block_d))
+    mask = jnp.broadcast_to(ok[:, :, None], (block_splits, real_rows, block_d))
     o = plgpu.load(o_ref.at[(row * dim)[:, :, None] + d[None, None, :]], mask=mask, other=0.0)
     return num + jnp.sum(o * w[:, :, None], axis=0), den + jnp.sum(l * w, axis=0)
 
@@ -619,7 +608,7 @@ def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, row
   den_safe = jnp.where(has, den, 1.0)
   out = jnp.where(has[:, None], num / den_safe[:, None], 0.0)
   lse = jnp.where(has, m_safe + jnp.log(den_safe), -jnp.inf)
-  q_row, ok = _query_rows(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
+  q_row, _, ok = query_row(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
   # Rows past Tq * group are masked; compiled, a masked lane touches no memory, but
   # interpret mode stores every lane (the old value where masked), so there they point at
   # spare rows past the outputs' end (`spare`), never at a real row.
@@ -645,20 +634,20 @@ def combine(o, m, l, *, group: int, tq: int, out_dtype, interpret: bool = False)
   real_rows = _next_pow2(tq * group)
   s_pad = _next_pow2(n_splits)
   block_d = min(dim, 32 if s_pad * real_rows <= 128 else 16)
-  block_s = max(1, min(s_pad, _COMBINE_TILE // (real_rows * block_d)))
+  block_splits = max(1, min(s_pad, _COMBINE_TILE // (real_rows * block_d)))
   n_rows = bsz * tq * kv_heads * group
   spare = n_rows if interpret else 0
   extra = real_rows if spare else 0
   out, lse = pl.pallas_call(
       functools.partial(_combine_kernel, kv_heads=kv_heads, rows=rows, dim=dim,
                         n_splits=n_splits, real_rows=real_rows, block_d=block_d,
-                        block_s=block_s, n_chunks=s_pad // block_s, group=group, tq=tq,
+                        block_splits=block_splits, n_chunks=s_pad // block_splits, group=group, tq=tq,
                         spare=spare),
       out_shape=(jax.ShapeDtypeStruct(((n_rows + extra) * dim,), out_dtype),
                  jax.ShapeDtypeStruct((n_rows + extra,), jnp.float32)),
       grid=(bsz, kv_heads, dim // block_d),
       compiler_params=plgpu.CompilerParams(
-          num_warps=max(1, min(4, block_s * real_rows * block_d // 1024)), num_stages=1),
+          num_warps=max(1, min(4, block_splits * real_rows * block_d // 1024)), num_stages=1),
       interpret=interpret, name="fp8lab_attention_combine",
   )(o.reshape(-1), m.reshape(-1), l.reshape(-1))
   return (out[:n_rows * dim].reshape(bsz, tq, kv_heads * group, dim),

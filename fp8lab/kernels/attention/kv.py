@@ -16,7 +16,11 @@ from fp8lab.formats import ElementFormat, get_format, get_quantized_format
 from fp8lab.kernels import unpack
 
 __all__ = ["KVPlan", "kv_plan", "serves", "split_serves", "load_kv", "load_kv_split",
-           "kv_leaves", "cache_row_offsets", "kv_refs", "softmax_step"]
+           "kv_leaves", "cache_row_offsets", "kv_refs", "softmax_step", "query_row",
+           "NO_LIMIT"]
+
+# The q position of a non-causal query (and of a kernel's padding rows): no key is past it.
+NO_LIMIT = 2**31 - 1
 
 _KERNEL_SCALINGS = ("tensor", "block", "mx", "nvfp4", "none")
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +174,14 @@ def cache_row_offsets(pos, valid, b, h, *, kv_heads: int, capacity: int, paged: 
   else:
     row = b * capacity + pos
   return jnp.where(valid, row * kv_heads + h, 0)
+
+
+def query_row(b, h, r, *, group: int, tq: int, kv_heads: int):
+  """Both kernels' query rows: row r of (batch row b, KV head h) is token t = r // group,
+  query head h * group + r % group of q's (B, Tq, Hq, D). Returns (its row index there,
+  t, whether it is a real row: t < Tq; the others pad a program's rows)."""
+  t = r // group
+  return (b * tq + t) * (kv_heads * group) + h * group + r % group, t, t < tq
 
 
 def kv_refs(it, plan: KVPlan):

@@ -40,7 +40,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from fp8lab.formats import E4M3
 from fp8lab.kernels.attention.kv import (KVPlan, cache_row_offsets, kv_leaves, kv_refs,
-                                         load_kv, load_kv_split, softmax_step,
+                                         load_kv, load_kv_split, query_row, softmax_step,
                                          split_serves)
 
 __all__ = ["PrefillConfig", "prefill_config", "prefill_pallas", "PREFILL_COMPUTE",
@@ -140,19 +140,16 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
   k_refs, v_refs = kv_refs(it, kplan), kv_refs(it, vplan)
   o_ref, lse_ref = next(it), next(it)
   dim = kplan.dim
-  hq = kv_heads * group
 
   qb = pl.num_programs(0) - 1 - pl.program_id(0)
   b, h = pl.program_id(1), pl.program_id(2)
   r = qb * block_q + lax.iota(jnp.int32, block_q)
-  t = r // group
-  row_ok = t < tq
   # Row r of this program is (token t, query head h * group + r % group) of (B, Tq, Hq).
   # Padding rows (t >= Tq) are masked; compiled, a masked lane touches no memory, but
   # interpret mode stores every lane (the old value where masked), so there they point at
   # spare rows past the outputs' end (`spare`), never at a real row.
-  q_row = jnp.where(row_ok, (b * tq + t) * hq + h * group + r % group,
-                    spare + r % block_q if spare else 0)
+  q_row, t, row_ok = query_row(b, h, r, group=group, tq=tq, kv_heads=kv_heads)
+  q_row = jnp.where(row_ok, q_row, spare + r % block_q if spare else 0)
   d = lax.iota(jnp.int32, dim)
   q_off = (q_row * dim)[:, None] + d[None, :]
   q_mask = jnp.broadcast_to(row_ok[:, None], (block_q, dim))
