@@ -47,7 +47,8 @@ def fusion_summaries(hlo: str) -> dict[str, str]:
     if m:
       ops = collections.Counter(o for o in comps.get(m.group(4), []) if o not in _SKIP)
       out[m.group(1)] = (f"{m.group(3)} {m.group(2)[:40]}: "
-                         + ",".join(f"{k}{'x%d' % v if v > 1 else ''}" for k, v in ops.most_common(8)))
+                         + ",".join(f"{k}{'x%d' % v if v > 1 else ''}"
+                                    for k, v in ops.most_common(8)))
   return out
 
 

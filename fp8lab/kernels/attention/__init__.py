@@ -14,7 +14,8 @@ from fp8lab.kernels.attention.kv import NO_LIMIT
 from fp8lab.kernels.attention.prefill import (PREFILL_COMPUTE, PrefillConfig, fp8_serves,
                                               prefill_config, prefill_pallas)
 
-__all__ = ["AttentionConfig", "KVPlan", "NO_LIMIT", "MIN_ROWS", "MIN_DOT_K", "DOTS", "DECODES", "LAYOUTS",
+__all__ = ["AttentionConfig", "KVPlan", "NO_LIMIT",
+           "MIN_ROWS", "MIN_DOT_K", "DOTS", "DECODES", "LAYOUTS",
            "f16_serves", "plane_decode",
            "attention_config", "attention_pallas", "attention_partials", "combine", "kv_plan",
            "planes_serve", "serves", "split_bf16", "split_serves", "PREFILL_COMPUTE",

@@ -641,8 +641,8 @@ def combine(o, m, l, *, group: int, tq: int, out_dtype, interpret: bool = False)
   out, lse = pl.pallas_call(
       functools.partial(_combine_kernel, kv_heads=kv_heads, rows=rows, dim=dim,
                         n_splits=n_splits, real_rows=real_rows, block_d=block_d,
-                        block_splits=block_splits, n_chunks=s_pad // block_splits, group=group, tq=tq,
-                        spare=spare),
+                        block_splits=block_splits, n_chunks=s_pad // block_splits,
+                        group=group, tq=tq, spare=spare),
       out_shape=(jax.ShapeDtypeStruct(((n_rows + extra) * dim,), out_dtype),
                  jax.ShapeDtypeStruct((n_rows + extra,), jnp.float32)),
       grid=(bsz, kv_heads, dim // block_d),
