@@ -147,18 +147,19 @@ def gemv_device_us(plan: G.FormatPlan, cfg: G.GemvConfig | None, n: int, k: int,
 
 
 _CONFIG_FIELDS = ("block_rows", "block_k", "num_warps", "num_stages", "k_splits",
-                  "batch_block", "chain_dots")
+                  "batch_block", "chain_dots", "fuse_x")
+_BOOL_FIELDS = ("chain_dots", "fuse_x")
 
 
 def parse_config(spec: str) -> G.GemvConfig:
-  """'128,32,4,3[,k_splits[,batch_block[,chain_dots 0/1]]]' (GemvConfig's fields in order;
-  ':' separates too) -> GemvConfig."""
+  """'128,32,4,3[,k_splits[,batch_block[,chain_dots 0/1[,fuse_x 0/1]]]]' (GemvConfig's
+  fields in order; ':' separates too) -> GemvConfig."""
   parts = [p for p in re.split(r"[,:]", spec.strip()) if p]
   if not 2 <= len(parts) <= len(_CONFIG_FIELDS):
-    raise ValueError(f"config {spec!r}: give 2 to 7 of {', '.join(_CONFIG_FIELDS)}")
-  vals: list[Any] = [int(p) for p in parts]
-  if len(vals) == 7:
-    vals[6] = bool(vals[6])
+    raise ValueError(f"config {spec!r}: give 2 to {len(_CONFIG_FIELDS)} of "
+                     f"{', '.join(_CONFIG_FIELDS)}")
+  vals: list[Any] = [bool(int(p)) if f in _BOOL_FIELDS else int(p)
+                     for f, p in zip(_CONFIG_FIELDS, parts)]
   return G.GemvConfig(*vals)
 
 

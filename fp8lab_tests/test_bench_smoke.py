@@ -398,7 +398,8 @@ def test_probe_configs(tmp_path):
   doc = json.loads(out.read_text())
   assert doc["interpret"] is True and doc["decode"] == {"native_fp8": False, "asm_e2m1": False}
   rows = doc["rows"]
-  assert [r["config"] for r in rows] == [[16, 16, 4, 3, 0, 0, False], [16, 16, 4, 3, 2, 0, False]]
+  assert [r["config"] for r in rows] == [[16, 16, 4, 3, 0, 0, False, False],
+                                        [16, 16, 4, 3, 2, 0, False, False]]
   assert all(r["full_us"] > 0 and "error" not in r for r in rows)
   assert rows[0]["same_bits_as_first"] is True
 

@@ -822,6 +822,56 @@ def test_chained_dots_give_the_same_exact_sums(name, batch, batch_block, k_split
   np.testing.assert_array_equal(_bits(y), _bits(run(cfg(False))))
 
 
+def _same_bits_or_both_nan(got, want):
+  """Bitwise equality, any NaN matching any NaN (payloads are the arithmetic's, which
+  XLA and Triton need not share)."""
+  got, want = np.asarray(got), np.asarray(want)
+  nan = np.isnan(got.astype(np.float32))
+  np.testing.assert_array_equal(nan, np.isnan(want.astype(np.float32)))
+  np.testing.assert_array_equal(np.where(nan, 0, _bits(got)), np.where(nan, 0, _bits(want)))
+
+
+@pytest.mark.parametrize("name,xdt,batch,batch_block,k_splits,decodes", grid(
+    list(FORMATS), list(X_DTYPES),
+    [(3, 0, 1, False), (20, 8, 2, True), (9, 4, 1, True), (1, 0, 4, False)], cover=True))
+def test_fused_x_gives_the_bits_of_the_prepared_operand(name, xdt, batch, batch_block,
+                                                        k_splits, decodes):
+  """GemvConfig.fuse_x (the kernel cuts x's parts from x itself, in its K loop) against the
+  prepared operand with the same launch otherwise: x of raw bit patterns of its dtype
+  (subnormals, Inf, NaN, values far apart; one row of normal numbers whose largest element
+  sits in the K tail), k not a multiple of the codes per word, K splits, batch blocks, and
+  (`decodes`) the native fp8 / asm e2m1 decodes' pair layouts. The operands hold the same
+  bits, so the results must too (NaN for NaN). The MX exact fallback, which these
+  weights' scales never need: test_fused_x_with_the_mx_exact_path."""
+  rng = np.random.default_rng([batch, k_splits, np.dtype(xdt).itemsize, len(name)])
+  n, k = SHAPE
+  w, _ = _integer_weight(name, n, k, rng)
+  nbits = 8 * np.dtype(xdt).itemsize
+  bits = rng.integers(0, 2**nbits, (batch, k), dtype=np.uint64).astype(f"uint{nbits}")
+  xv = bits.view(np.dtype(xdt))
+  xv[0] = (rng.standard_normal(k) * 100).astype(xdt)
+  xv[0, -1] = 30000
+  x = jnp.asarray(xv)
+  plan = G.format_plan(w.format, w.element_format, w.block_shape, w.tensor_scale is not None,
+                       native_fp8=decodes, asm_e2m1=decodes)
+  run = lambda fuse: G.gemv_pallas(
+      w.data, w.scales, w.tensor_scale, x, plan=plan, n_out=n, k=k,
+      config=G.GemvConfig(16, 16, 4, 3, k_splits=k_splits, batch_block=batch_block,
+                          fuse_x=fuse), interpret=INTERPRET)
+  got, want = run(True), run(False)
+  assert np.isfinite(np.asarray(want[0], np.float32)).any()
+  _same_bits_or_both_nan(got, want)
+
+
+def test_fused_x_with_the_mx_exact_path():
+  """Far-apart MX scales (every program takes the exact fallback) with GemvConfig.fuse_x:
+  the fallback's bfloat16 x parts are cut in-kernel too, per batch block and K split."""
+  run, want = _far_apart_mxfp4(27, 12)
+  for cfg in (G.GemvConfig(16, 16, 4, 3, batch_block=4, fuse_x=True),
+              G.GemvConfig(16, 16, 4, 3, k_splits=4, fuse_x=True)):
+    np.testing.assert_array_equal(np.asarray(run(cfg), np.float64), want)
+
+
 def test_chained_dots_with_the_mx_exact_path():
   """The MX exact fallback's loop chains its dots too (far-apart scales)."""
   run, want = _far_apart_mxfp4(25, 5)

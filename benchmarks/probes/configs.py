@@ -20,6 +20,7 @@ DEFAULT_CONFIGS; results in benchmarks/results/gemv_configs_*.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -45,8 +46,10 @@ _BATCHES = flags.DEFINE_list("batches", ["1", "16"], "Rows of x.")
 _CONFIGS = flags.DEFINE_list(
     "configs", ["128:64:8:3", "64:32:4:4"],
     "Configs tried after the default: block_rows:block_k:num_warps:num_stages[:k_splits"
-    "[:batch_block[:chain_dots 0/1]]] (GemvConfig's fields in order).")
+    "[:batch_block[:chain_dots 0/1[:fuse_x 0/1]]]] (GemvConfig's fields in order).")
 _DEFAULT = flags.DEFINE_bool("default_config", True, "Try the tuned default config first.")
+_FUSE_X_TOO = flags.DEFINE_bool("fuse_x_too", False,
+                                "Also try each config with the other GemvConfig.fuse_x.")
 _COPIES = flags.DEFINE_integer("copies", 32, "Distinct weight copies per compiled call.")
 _REPS = flags.DEFINE_integer("reps", 15, "Timed calls per measurement.")
 _WARM_S = flags.DEFINE_float("warm_s", 0.4, "Seconds of warm-up calls before each timing.")
@@ -135,6 +138,8 @@ def main(argv):
         args = KI.probe_args(name, n, k, b, copies, x_dtype)
         nbytes = sum(a.size * a.dtype.itemsize for a in args[0][:2] if a is not None)
         cfgs = ([G.gemv_config(plan.format, b, n)] if _DEFAULT.value else []) + extra
+        if _FUSE_X_TOO.value:
+          cfgs = [v for c in cfgs for v in (c, dataclasses.replace(c, fuse_x=not c.fuse_x))]
         first = None
         for cfg in dict.fromkeys(cfgs):
           if time.time() - t_start > _BUDGET_S.value:

@@ -43,6 +43,12 @@ class GemvConfig:
       wide batches but less accurate: the tensor cores' float32 accumulation truncates, and
       over all of K it drifts towards zero (both stay inside the documented bound). No
       table entry chains. Where every sum is exact both give the same bits.
+    fuse_x: the kernel reads x itself, as it is, and cuts the float16 / bfloat16 parts of
+      each K step's x tile in registers (the same bits: kernel.py's module docstring),
+      instead of reading a rearranged copy that XLA or a small Pallas kernel prepared
+      (operands._prep_x, xprep._prep_x_pallas): one kernel fewer per GEMV, for more work
+      inside the K loop. The row maxima that scale float32 / bfloat16 x (one XLA reduce,
+      which XLA fuses into x's producer) are computed outside either way.
   """
   block_rows: int
   block_k: int
@@ -51,6 +57,7 @@ class GemvConfig:
   k_splits: int = 0
   batch_block: int = 0
   chain_dots: bool = False
+  fuse_x: bool = False
 
   def __post_init__(self):
     for name in ("block_rows", "block_k", "num_warps", "num_stages"):
@@ -70,6 +77,8 @@ class GemvConfig:
                        f"{self.batch_block!r}")
     if not isinstance(self.chain_dots, bool):
       raise ValueError(f"GemvConfig.chain_dots must be a bool, got {self.chain_dots!r}")
+    if not isinstance(self.fuse_x, bool):
+      raise ValueError(f"GemvConfig.fuse_x must be a bool, got {self.fuse_x!r}")
     if self.block_rows < 16 or self.block_k < 16:
       raise ValueError("GemvConfig needs block_rows >= 16 and block_k >= 16 (tensor-core "
                        f"tiles), got {self.block_rows}, {self.block_k}")
@@ -195,16 +204,17 @@ def _smem_budget(interpret: bool) -> int:
   return device.smem_per_block(interpret) - _SMEM_MARGIN
 
 
-def _fit_shared_memory(cfg: GemvConfig, plan: FormatPlan, n_cols: int,
-                       budget: int) -> GemvConfig:
+def _fit_shared_memory(cfg: GemvConfig, plan: FormatPlan, n_cols: int, budget: int,
+                       x_bytes: int = 2) -> GemvConfig:
   """Halves block_k (then lowers num_stages) until the pipelined loads of one program fit
   in `budget` bytes (_smem_budget).
 
-  Estimate: num_stages * (word tile + x slices of one K step + scale codes)."""
+  Estimate: num_stages * (word tile + x slices of one K step + scale codes); x_bytes per x
+  element (2: the prepared operand; fused: x's own itemsize)."""
   pw = plan.per_word
 
   def need(c):
-    step = c.block_rows * c.block_k * 4 + pw * c.block_k * n_cols * 2
+    step = c.block_rows * c.block_k * 4 + pw * c.block_k * n_cols * x_bytes
     if plan.block_scaled:
       step += c.block_rows * (c.block_k // plan.words_per_block)
     return c.num_stages * step

@@ -110,7 +110,7 @@ from fp8lab.kernels.gemv.configs import (GemvConfig, _effective_config, _fit_sha
                                          gemv_config)
 from fp8lab.kernels.gemv.operands import (_combine_slots, _exp2_exact, _mx_exact_planes,
                                           _mx_factors, _n_slots, _prep_x, _weight_planes,
-                                          _x_row_max, _x_shift)
+                                          _x_part_list, _x_row_max, _x_shift)
 from fp8lab.kernels.gemv.plan import (FormatPlan, _fold_log2, _operand_dtype, _pair_layout,
                                       _route_log2)
 from fp8lab.kernels.gemv.xprep import _prep_x_pallas, _use_xprep_kernel
@@ -128,16 +128,18 @@ class _Inputs(NamedTuple):
   arrays in gemv_launch, refs in the kernel, booleans in _inputs_present."""
   words: Any          # uint32 W, flat (n_out * kw,)
   scales: Any         # uint8 block scale codes, flat (block-scaled formats)
-  x: Any              # the main loop's x operand (pw, kw_pad, n_slots * batch_pad)
-  x_max: Any          # float32 row maxima of x (where x's parts were scaled per row)
-  x_exact: Any        # the MX exact fallback's bfloat16 x operand (MX formats)
+  x: Any              # the main loop's x operand (pw, kw_pad, n_slots * batch_pad), or
+                      # with GemvConfig.fuse_x x itself, flat (n_b * k,)
+  x_max: Any          # float32 row maxima of x (where x's parts are scaled per row)
+  x_exact: Any        # the MX exact fallback's bfloat16 x operand (MX formats, unfused)
   tensor_scale: Any   # float32 (1,) (formats with a tensor scale)
 
 
-def _inputs_present(plan: FormatPlan, x_scaled: bool) -> _Inputs:
+def _inputs_present(plan: FormatPlan, x_scaled: bool, fuse_x: bool) -> _Inputs:
   """Which of the _Inputs a launch of `plan` passes."""
   return _Inputs(words=True, scales=plan.block_scaled, x=True, x_max=x_scaled,
-                 x_exact=plan.scaling == "mx", tensor_scale=plan.has_tensor_scale)
+                 x_exact=plan.scaling == "mx" and not fuse_x,
+                 tensor_scale=plan.has_tensor_scale)
 
 
 def _name_refs(refs: tuple[Any, ...], present: _Inputs) -> tuple[_Inputs, Any]:
@@ -158,6 +160,7 @@ class _Program(NamedTuple):
   cfg: GemvConfig
   refs: _Inputs
   n_out: int
+  k: int                # elements per row of W and x
   kw: int               # words per row of W
   scale_cols: int       # scale codes per scale row
   n_b: int              # x rows (the batch)
@@ -168,6 +171,8 @@ class _Program(NamedTuple):
   srow_off: Any         # (block_rows, 1) offsets of their scale rows
   split: Any            # program_id(1), the K split (None without splits)
   steps_per_split: int
+  x_shift: Any          # (1, n_slots * block_batch) int32 _x_shift of each column's x row
+                        # (fuse_x with scaled parts; else None)
 
 
 def _groups(p: _Program, s, bk: int):
@@ -201,13 +206,43 @@ def _load(p: _Program, s, masked: bool, bk: int, words: bool = True):
   return tile, codes
 
 
-def _dots(p: _Program, acc, planes, x_ref, s, bk: int, slots: int):
-  """acc plus K step s's dots, one per plane (GemvConfig.chain_dots: in turn, or their
-  sum); x_ref's columns of this program's batch block."""
+def _fused_x_tile(p: _Program, i: int, s, bk: int, operand, slots: int, shift):
+  """With GemvConfig.fuse_x: plane i's x operand of K step s, (bk, slots * block_batch) in
+  `operand`, the bits _prep_x lays out there, cut from x itself in registers. Column
+  slot * bb + j holds part `slot` of x row b0 + j (rows >= n_b and elements >= k read 0);
+  row w - s * bk holds the element whose code plane i holds in word w's column (the pair
+  layout's offsets: element 2 pw floor(w / 2) + offset[i, w mod 2]). Each column loads its
+  own element, so a row's parts load it once per slot (the copies come from L1)."""
+  pw, bb = p.plan.per_word, p.block_batch
+  off = unpack.pair_offsets(_pair_layout(p.plan), pw)
+  w = s * bk + lax.iota(jnp.int32, bk)
+  e = 2 * pw * (w >> 1) + jnp.where((w & 1) == 0, int(off[i, 0]), int(off[i, 1]))
+  col = lax.iota(jnp.int32, slots * bb)
+  rows = p.b0 + col % bb
+  ok = (e < p.k)[:, None] & (rows < p.n_b)[None, :]
+  offs = jnp.minimum(rows, p.n_b - 1)[None, :] * p.k + jnp.minimum(e, p.k - 1)[:, None]
+  xv = plgpu.load(p.refs.x.at[offs], mask=ok, other=0)
+  parts = _x_part_list(xv, p.refs.x.dtype, operand, shift)
+  xs = parts[0]
+  for t in range(1, slots):
+    xs = jnp.where((col // bb == t)[None, :], parts[t], xs)
+  return xs
+
+
+def _x_tile(p: _Program, x_ref, i: int, s, bk: int, operand, slots: int, shift):
+  """Plane i's x operand of K step s for this program's batch block: (bk, slots * bb)."""
+  if p.cfg.fuse_x:
+    return _fused_x_tile(p, i, s, bk, operand, slots, shift)
   cols = pl.ds(p.b0 * slots, slots * p.block_batch) if p.n_bblocks > 1 else slice(None)
+  return x_ref[i, pl.ds(s * bk, bk), cols]
+
+
+def _dots(p: _Program, acc, planes, x_ref, s, bk: int, slots: int, operand, shift):
+  """acc plus K step s's dots, one per plane (GemvConfig.chain_dots: in turn, or their
+  sum), over _x_tile's operands (x_ref: the prepared operand unless fused)."""
   total = None
   for i in range(p.plan.per_word):
-    xs = x_ref[i, pl.ds(s * bk, bk), cols]                               # (bk, N)
+    xs = _x_tile(p, x_ref, i, s, bk, operand, slots, shift)
     d = jnp.dot(planes[i], xs, preferred_element_type=jnp.float32)
     if p.cfg.chain_dots:
       acc = acc + d
@@ -281,7 +316,7 @@ def _main_step(p: _Program, interpret: bool, m_row, n_slots: int, s, acc, masked
   """acc plus main-loop K step s (m_row: the MX rows' largest scale codes, else None)."""
   words, codes = _load(p, s, masked, p.cfg.block_k)
   return _dots(p, acc, _weight_planes(words, codes, p.plan, interpret, m_row), p.refs.x, s,
-               p.cfg.block_k, n_slots)
+               p.cfg.block_k, n_slots, _operand_dtype(p.plan), p.x_shift)
 
 
 def _epilogue(y, f, ts_ref):
@@ -305,7 +340,7 @@ def _col_factors(p: _Program, b, fold: int, scaled: bool):
 def _mx_exact_step(p: _Program, bk_e: int, n_slots_exact: int, s, acc, masked: bool):
   words, codes = _load(p, s, masked, bk_e)
   return _dots(p, acc, _mx_exact_planes(words, codes, p.plan), p.refs.x_exact, s, bk_e,
-               n_slots_exact)
+               n_slots_exact, jnp.bfloat16, None)
 
 
 def _mx_exact(p: _Program, b, n_slots_exact: int):
@@ -351,7 +386,7 @@ def _far_codes(p: _Program, m_row, blk_off):
   return jnp.max(jnp.max(jnp.max(bad, axis=2), axis=1)) != _U(0)
 
 
-def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int,
+def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, k: int, kw: int,
                  scale_cols: int, n_b: int, n_slots: int, block_batch: int, n_bblocks: int,
                  n_slots_exact: int, x_scaled: bool, n_splits: int, steps_per_split: int,
                  interpret: bool):
@@ -360,7 +395,7 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int,
   `interpret`: Pallas interpret mode (the native fp8 and asm e2m1 decodes then use their
   jnp twins instead of inline PTX)."""
   mx = plan.scaling == "mx"
-  inputs, o_ref = _name_refs(refs, _inputs_present(plan, x_scaled))
+  inputs, o_ref = _name_refs(refs, _inputs_present(plan, x_scaled, cfg.fuse_x))
   br = cfg.block_rows
 
   pid = pl.program_id(0)
@@ -376,8 +411,13 @@ def _gemv_kernel(*refs, plan: FormatPlan, cfg: GemvConfig, n_out: int, kw: int,
   row_off = (rows * kw)[:, None]
   srow_off = ((rows // plan.scale_row_div) * scale_cols)[:, None]
   split = pl.program_id(1) if n_splits > 1 else None
-  p = _Program(plan, cfg, inputs, n_out, kw, scale_cols, n_b, block_batch, n_bblocks, b0,
-               row_off, srow_off, split, steps_per_split)
+  x_shift = None
+  if cfg.fuse_x and x_scaled:        # each column's row shift, as _prep_x scales the row
+    xrow = b0 + lax.iota(jnp.int32, n_slots * block_batch) % block_batch
+    a = plgpu.load(inputs.x_max.at[jnp.minimum(xrow, n_b - 1)], mask=xrow < n_b, other=0.0)
+    x_shift = _x_shift(a)[None, :]
+  p = _Program(plan, cfg, inputs, n_out, k, kw, scale_cols, n_b, block_batch, n_bblocks, b0,
+               row_off, srow_off, split, steps_per_split, x_shift)
 
   m_row, lo_row = _mx_scale_range(p) if mx else (None, None)
   acc = _k_loop(p, functools.partial(_main_step, p, interpret, m_row, n_slots),
@@ -417,8 +457,9 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
                 config: GemvConfig | None = None, interpret: bool = False):
   """The kernel's operands and its launch, apart: `launch(*operands)` is (B * n_out,) in
   x's dtype. gemv_pallas runs both; benchmarks/probe_configs.py times the launch alone."""
-  del k   # implied by data's shape and x's
   n_b = x.shape[0]
+  if x.shape[1] != k:
+    raise ValueError(f"x has {x.shape[1]} columns for k={k}")
   kw = data.shape[1]
   cfg = config if config is not None else gemv_config(plan.format, n_b, n_out)
   cfg = _effective_config(cfg, plan, n_out, kw)
@@ -436,7 +477,8 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
                  else min(batch_pad, max(cfg.batch_block, min_rows)))
   n_bblocks = batch_pad // block_batch
   cfg = _fit_shared_memory(cfg, plan, max(n_slots, n_slots_exact) * block_batch,
-                           _smem_budget(interpret))
+                           _smem_budget(interpret),
+                           x_bytes=x.dtype.itemsize if cfg.fuse_x else 2)
   kw_pad = pl.cdiv(kw, cfg.block_k) * cfg.block_k
   pw = plan.per_word
 
@@ -446,7 +488,9 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   if plan.block_scaled:
     scale_cols = scales.shape[-1]
     scale_codes = scales.reshape(-1)
-  if _use_xprep_kernel(plan, batch_pad, interpret):
+  if cfg.fuse_x:                   # the kernel cuts x's parts itself
+    xin, x_max = x.reshape(-1), _x_row_max(x, operand)
+  elif _use_xprep_kernel(plan, batch_pad, interpret):
     x_max = _x_row_max(x, operand)
     xin = _prep_x_pallas(x, pw, kw_pad, batch_pad, _pair_layout(plan), block_batch, x_max,
                          tw=32 // pw, num_warps=min(8, batch_pad // 16))
@@ -454,12 +498,12 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
     xin, x_max = _prep_x(x, pw, kw_pad, operand, batch_pad, _pair_layout(plan), block_batch)
   # the exact fallback's operands: bfloat16 parts (never scaled)
   x_exact = (_prep_x(x, pw, kw_pad, jnp.bfloat16, batch_pad, block_batch=block_batch)[0]
-             if mx else None)
+             if mx and not cfg.fuse_x else None)
   ts = (jnp.asarray(tensor_scale, jnp.float32).reshape(1) if plan.has_tensor_scale
         else None)
   inputs = _Inputs(words=words, scales=scale_codes, x=xin, x_max=x_max, x_exact=x_exact,
                    tensor_scale=ts)
-  present = _inputs_present(plan, x_max is not None)
+  present = _inputs_present(plan, x_max is not None, cfg.fuse_x)
   assert all((v is not None) == here for v, here in zip(inputs, present)), (plan, present)
   operands = [v for v in inputs if v is not None]
 
@@ -467,7 +511,7 @@ def gemv_launch(data: jax.Array, scales: jax.Array | None, tensor_scale: jax.Arr
   n_steps = pl.cdiv(kw, cfg.block_k)
   n_splits = _k_splits(cfg, n_prog * n_bblocks, n_steps, device.sm_count(interpret))
   steps_per_split = pl.cdiv(n_steps, n_splits)
-  kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, kw=kw,
+  kernel = functools.partial(_gemv_kernel, plan=plan, cfg=cfg, n_out=n_out, k=k, kw=kw,
                              scale_cols=scale_cols, n_b=n_b, n_slots=n_slots,
                              block_batch=block_batch, n_bblocks=n_bblocks,
                              n_slots_exact=n_slots_exact, x_scaled=x_max is not None,
