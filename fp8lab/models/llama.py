@@ -199,35 +199,73 @@ def decode_step(params, caches, tokens, pos, *, cfg: LlamaConfig, kvf: common.KV
   return logits[:, 0], caches
 
 
-def generate(params, prompt: list[int], n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
-             prefill_implementation: str | None = "xla",
-             decode_implementation: str | None = None, stop: int | None = None):
-  """Greedy generation of up to n tokens after `prompt` (batch 1); returns (tokens,
-  seconds of the prefill (compile included), seconds of the timed decode steps, their count:
-  every step after the first, whose time holds the compile)."""
+def greedy(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
+           prefill_implementation: str | None = "xla",
+           decode_implementation: str | None = None, stop: int | None = None,
+           check_every: int = 8):
+  """Greedy generation of n tokens after the prompts ids (B, T) int32 (one length for all
+  rows). The decode steps are enqueued without waiting for their tokens: each step takes
+  the device array of tokens the step before chose, so the host never stands between two
+  steps; every `check_every` steps it reads the tokens so far to stop once every row has
+  produced `stop` (the steps already enqueued then still run and count as timed steps).
+
+  Returns (tokens (B, m) numpy int32 with m <= n, cut after the chunk where every row had
+  stopped; seconds of the prefill and first token, compile included; seconds of the timed
+  steps: every step after the first, whose time holds the decode step's compile; their
+  count)."""
   import time  # pylint: disable=g-import-not-at-top
-  ids = jnp.asarray([prompt], jnp.int32)
-  capacity = -(-(len(prompt) + n) // 64) * 64
+  ids = jnp.asarray(ids, jnp.int32)
+  bsz, t = ids.shape
+  capacity = -(-(t + n) // 64) * 64
   t0 = time.perf_counter()
   logits, caches = prefill(params, ids, cfg=cfg, kvf=kvf, capacity=capacity,
                            implementation=prefill_implementation)
   tok = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
   tok.block_until_ready()
   t_prefill = time.perf_counter() - t0
-  out = [int(tok[0])]
-  t_first = None
+  out, pending = [np.asarray(tok)], []
+  stopped = np.zeros((bsz,), bool) if stop is None else out[0] == stop
+  t_first, steps = None, 0
   for i in range(n - 1):
-    if stop is not None and out[-1] == stop:
+    if stop is not None and stopped.all():
       break
-    pos = jnp.asarray([len(prompt) + i], jnp.int32)
+    pos = jnp.full((bsz,), t + i, jnp.int32)
     logits, caches = decode_step(params, caches, tok, pos, cfg=cfg, kvf=kvf,
                                  implementation=decode_implementation)
     tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    out.append(int(tok[0]))
     if t_first is None:
-      t_first = time.perf_counter()              # after the first step: compile excluded
+      tok.block_until_ready()
+      t_first = time.perf_counter()            # after the first step: compile excluded
+      out.append(np.asarray(tok))
+      stopped |= stop is not None and out[-1] == stop
+      continue
+    steps += 1
+    pending.append(tok)
+    if len(pending) == check_every or i == n - 2:
+      got = [np.asarray(v) for v in jax.device_get(pending)]
+      pending = []
+      out.extend(got)
+      if stop is not None:
+        stopped |= np.any(np.stack(got) == stop, axis=0)
+  if pending:
+    out.extend(np.asarray(v) for v in jax.device_get(pending))
   t_decode = (time.perf_counter() - t_first) if t_first is not None else 0.0
-  return out, t_prefill, t_decode, max(len(out) - 2, 0)
+  return np.stack(out, axis=1), t_prefill, t_decode, steps
+
+
+def generate(params, prompt: list[int], n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
+             prefill_implementation: str | None = "xla",
+             decode_implementation: str | None = None, stop: int | None = None):
+  """Greedy generation of up to n tokens after `prompt` (batch 1, through `greedy`),
+  cut after the first `stop`; returns (tokens, seconds of the prefill (compile included),
+  seconds of the timed decode steps, their count: see greedy)."""
+  toks, t_prefill, t_decode, steps = greedy(
+      params, [prompt], n, cfg=cfg, kvf=kvf, prefill_implementation=prefill_implementation,
+      decode_implementation=decode_implementation, stop=stop)
+  out = [int(v) for v in toks[0]]
+  if stop is not None and stop in out:
+    out = out[:out.index(stop) + 1]
+  return out, t_prefill, t_decode, steps
 
 
 def nll(logits, targets):
