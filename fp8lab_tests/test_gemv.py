@@ -1183,6 +1183,29 @@ def test_tall_configs_give_the_exact_sums(name, batch):
 _FP8_TYPES = re.compile(r"f8E\d|f4E\d|f6E\d|tt\.fp_to_fp|F8E|F4E")
 
 
+@pytest.mark.parametrize("name,native,xdt,batch", [
+    ("e4m3", True, jnp.bfloat16, 1), ("e4m3", False, jnp.float32, 16),
+    ("nvfp4", True, jnp.bfloat16, 16), ("mxfp4", True, jnp.float32, 1),
+    ("mxfp8", False, jnp.bfloat16, 16)])
+def test_fused_x_lowers_to_one_kernel(name, native, xdt, batch):
+  """With GemvConfig.fuse_x the op lowers (for an H200, here on any host) to the GEMV kernel
+  alone: no x-preparation kernel (at batch 16 the prepared operand takes one), x in its own
+  dtype as an operand, still no 8/6/4-bit float type."""
+  fmt, elem, block = FORMATS[name]
+  plan = G.format_plan(fmt, elem, block, native_fp8=native, asm_e2m1=native)
+  n, k = 64, 256
+  s_shape = None
+  if plan.block_scaled:
+    s_shape = jax.ShapeDtypeStruct((n // plan.scale_row_div, k // block[-1]), jnp.uint8)
+  ts = jax.ShapeDtypeStruct((), jnp.float32) if plan.has_tensor_scale else None
+  f = functools.partial(G.gemv_pallas, plan=plan, n_out=n, k=k,
+                        config=G.GemvConfig(64, 64, fuse_x=True))
+  (ir,) = triton_irs(f, jax.ShapeDtypeStruct((n, fp8lab.packed_length(k, elem)), jnp.uint32),
+                     s_shape, ts, jax.ShapeDtypeStruct((batch, k), xdt))
+  assert "fp8lab_gemv" in ir and not _FP8_TYPES.search(ir)
+  assert {"bfloat16": "!tt.ptr<bf16>", "float32": "!tt.ptr<f32>"}[jnp.dtype(xdt).name] in ir
+
+
 @pytest.mark.parametrize("name,decode", [(n, "integer") for n in FORMATS] +
                          [(n, "native") for n in NATIVE_NAMES + NATIVE_SCALE_NAMES] +
                          [(n, "asm") for n in ASM_E2M1_NAMES])

@@ -26,7 +26,8 @@ native decodes take the two codes of an MMA register pair from one word, so thei
 permute codes within each pair of words (unpack.PAIR_LAYOUTS). x is rearranged outside
 the kernel into per-plane slices (pw, kw_pad, N) in the same order, zero padded (XLA's
 operands._prep_x, or from 16 rows on for 4 / 8 codes per word a Pallas kernel, xprep._prep_x_pallas:
-the same bits, see xprep._use_xprep_kernel). The N
+the same bits, see xprep._use_xprep_kernel), or with GemvConfig.fuse_x cut from x itself in
+each K step (_fused_x_tile: the same bits again, no kernel before the GEMV). The N
 columns hold the batch (padded to a power of two, Bp) once per x *part*: float32 x is not
 a tensor-core operand, so it is cut into parts that sum to it exactly and each part is a
 slot of Bp columns; one dot covers all parts and all batch rows, so a batch of 1..Bp costs
