@@ -372,10 +372,15 @@ def test_scale_decoders_every_code(kind):
 # The fp8 formats and NVFP4 (its E4M3 scales) again with the native decode
 # (FP8LAB_GEMV_NATIVE_FP8=1), the e2m1 formats with the asm decode (FormatPlan.asm_e2m1,
 # through gemv_pallas; in interpret mode gemv_packed takes the shift-and-mask route).
-# The default run takes the native and asm decodes at batches 1 and 16 (the two dot widths
-# of the small batches); their batches 3 and 64 / 5 run with FP8LAB_SLOW_TESTS=1 and on the GPU.
+# The default run takes every format and decode at batches 1 and 16 (the two dot widths of
+# the small batches), and batches 3 and 64 / 5 for one format of each family (8-bit, MX
+# 4-bit, NVFP4, 16-bit) with the integer decode; the rest with FP8LAB_SLOW_TESTS=1 and on
+# the GPU.
+_EXACT_ODD_BATCHES = ("e4m3", "mxfp4", "nvfp4", "bf16")
 _EXACT_CASES = [pytest.param(name, b, X_DTYPES[(i + j) % 3], decode,
-                             marks=[pytest.mark.slow] if decode != "integer" and j % 2 else [])
+                             marks=[pytest.mark.slow] if j % 2 and (
+                                 decode != "integer" or name not in _EXACT_ODD_BATCHES)
+                             else [])
                 for i, name in enumerate(FORMATS)
                 for j, b in enumerate((1, 3, 16, 64 if name in ("e4m3", "mxfp4", "nvfp4") else 5))
                 for decode in ("integer",)
@@ -766,9 +771,14 @@ def test_batch_blocks_with_the_mx_exact_path():
   np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
-@pytest.mark.parametrize("pw,layout,xdt,n_b,bp,bb,tw", grid(
-    [(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")],
-    [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)], cover=True))
+# By default the two permuted pair layouts (the "code" layouts, plain strides, run with
+# FP8LAB_SLOW_TESTS=1 and on the GPU).
+@pytest.mark.parametrize("pw,layout,xdt,n_b,bp,bb,tw", [
+    c if (c.values if hasattr(c, "values") else c)[1] != "code"
+    else pytest.param(*(c.values if hasattr(c, "values") else c), marks=pytest.mark.slow)
+    for c in grid([(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")],
+                  [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)],
+                  cover=True)])
 def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp, bb, tw):
   """_prep_x_pallas (gemv_launch's x preparation on a GPU from 16 rows on) writes the bits
   of XLA's _prep_x: x of raw bit patterns (subnormals, Inf and NaN; one row of normal
@@ -831,9 +841,14 @@ def _same_bits_or_both_nan(got, want):
   np.testing.assert_array_equal(np.where(nan, 0, _bits(got)), np.where(nan, 0, _bits(want)))
 
 
-@pytest.mark.parametrize("name,xdt,batch,batch_block,k_splits,decodes", grid(
-    list(FORMATS), list(X_DTYPES),
-    [(3, 0, 1, False), (20, 8, 2, True), (9, 4, 1, True), (1, 0, 4, False)], cover=True))
+# By default one case per format family (8-bit, NVFP4 with the asm decode, MX, 16-bit
+# weights) and x dtype; every format and pair with FP8LAB_SLOW_TESTS=1 and on the GPU.
+@pytest.mark.parametrize("name,xdt,batch,batch_block,k_splits,decodes", _slow_unless(grid(
+    ["e4m3", "nvfp4", "mxfp4", "bf16"] + [n for n in FORMATS
+                                         if n not in ("e4m3", "nvfp4", "mxfp4", "bf16")],
+    list(X_DTYPES),
+    [(3, 0, 1, True), (20, 8, 2, True), (9, 4, 1, False), (1, 0, 4, False)], cover=True),
+    keep=("e4m3", "nvfp4", "mxfp4", "bf16")))
 def test_fused_x_gives_the_bits_of_the_prepared_operand(name, xdt, batch, batch_block,
                                                         k_splits, decodes):
   """GemvConfig.fuse_x (the kernel cuts x's parts from x itself, in its K loop) against the

@@ -481,6 +481,7 @@ def test_named_llama_plan_is_the_decode_steps_grid():
   assert set(grid.ops) == set(tune.OP_IMPLEMENTATIONS) | set(tune.BASELINE_OPS)
 
 
+@pytest.mark.slow      # bench_gemv's llama plan on the CPU (~23 s); the GPU runs use it
 def test_llama_plan_on_a_cpu_times_xla_packed_at_batch_1_only(tmp_path):
   doc = _bench_gemv_on_cpu(tmp_path, "llama", "1,2")
   assert {(r["op"], r["batch"], r["status"]) for r in doc["rows"]} == {
