@@ -239,8 +239,11 @@ def test_per_tensor_matches_reference(fmt, data):
   assert_same_floats(q.dequantize(), want)
 
 
-@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+# By default each format with one 16-bit dtype; the other pair with FP8LAB_SLOW_TESTS=1.
+@pytest.mark.parametrize("fmt,dtype", [
+    ("mxfp4", jnp.float16), ("nvfp4", jnp.bfloat16),
+    pytest.param("mxfp4", jnp.bfloat16, marks=pytest.mark.slow),
+    pytest.param("nvfp4", jnp.float16, marks=pytest.mark.slow)])
 @settings(max_examples=25)
 @given(data=st.data())
 def test_16bit_inputs_are_widened_exactly(fmt, dtype, data):

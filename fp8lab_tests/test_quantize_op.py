@@ -289,9 +289,11 @@ def test_pallas_rejects_blockwise_lengths_it_does_not_tile():
                     implementation="pallas", interpret=True)
 
 
+# By default the two with an NVFP4 / per-tensor scale (random and fixed signs); the MX two
+# (default and fixed signs) with FP8LAB_SLOW_TESTS=1 and on the GPU.
 @pytest.mark.parametrize("fmt, block, signs, scaling", [
-    ("mxfp4", 32, None, None),
-    ("mxfp8", 32, "fixed", None),
+    pytest.param("mxfp4", 32, None, None, marks=pytest.mark.slow),
+    pytest.param("mxfp8", 32, "fixed", None, marks=pytest.mark.slow),
     ("nvfp4", 16, "random", "delayed"),
     ("e4m3", 16, "fixed", np.float32(4.0)),
 ])
