@@ -33,6 +33,7 @@ Usage:
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -270,8 +271,8 @@ def _fmt_row(r: dict) -> str:
           f"({r['ppl_ratio']:.4f}x) {mib:8.2f} MiB"
           + (f" prefill {tps:8.1f} tok/s" if tps else "")
           + (f" decode {dps:6.2f} tok/s" if dps else "")
-          + "".join(f" B{k[8:-13]} {v:7.1f} tok/s" for k, v in r.items()
-                    if k.startswith("decode_b") and k.endswith("_tokens_per_s") and v)
+          + "".join(f" B{m.group(1)} {v:7.1f} tok/s" for k, v in r.items()
+                    if v and (m := re.fullmatch(r"decode_b(\d+)_tokens_per_s", k)))
           + (f" | {r['sample']!r}" if "sample" in r else ""))
 
 

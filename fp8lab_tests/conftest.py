@@ -19,7 +19,10 @@ import pytest
 # FMA (XLA:CPU allows it), which the optimized build may do more often. The slow run
 # (FP8LAB_SLOW_TESTS=1) and the GPU runs keep XLA's defaults and so check that build. Set
 # here, before any test initializes a JAX backend; a flag the caller's XLA_FLAGS sets wins.
-if os.environ.get("FP8LAB_SLOW_TESTS") != "1" and os.environ.get("FP8LAB_GPU_TESTS") != "1":
+# (fp8lab_tests/switches.py reads the same variables; it imports jax, which must not happen
+# before the environment below is set.)
+_SLOW = os.environ.get("FP8LAB_SLOW_TESTS") == "1"
+if not _SLOW and os.environ.get("FP8LAB_GPU_TESTS") != "1":
   _fast = ["--xla_backend_optimization_level=0", "--xla_llvm_disable_expensive_passes=true"]
   _have = os.environ.get("XLA_FLAGS", "").split()
   os.environ["XLA_FLAGS"] = " ".join(_have + [f for f in _fast
@@ -29,7 +32,8 @@ if os.environ.get("FP8LAB_SLOW_TESTS") != "1" and os.environ.get("FP8LAB_GPU_TES
 # Most of the default run's hypothesis time is XLA compiling the code under test for each
 # drawn shape, axis and mode; 40 examples keep every strategy's branches in the draws.
 settings.register_profile(
-    "ci", max_examples=100 if os.environ.get("FP8LAB_SLOW_TESTS") == "1" else 40, deadline=None, derandomize=True, database=None, print_blob=True,
+    "ci", max_examples=100 if _SLOW else 40, deadline=None, derandomize=True, database=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile(
     "heavy", max_examples=10_000, deadline=None, print_blob=True,

@@ -771,14 +771,19 @@ def test_batch_blocks_with_the_mx_exact_path():
   np.testing.assert_array_equal(np.asarray(y, np.float64), want)
 
 
+def _slow_unless(cases, keep, axis: int = 0):
+  """grid()'s cases with those whose value `axis` is not in `keep` marked slow too."""
+  values = [c.values if hasattr(c, "values") else c for c in cases]
+  return [c if v[axis] in keep else pytest.param(*v, marks=pytest.mark.slow)
+          for c, v in zip(cases, values)]
+
+
 # By default the two permuted pair layouts (the "code" layouts, plain strides, run with
 # FP8LAB_SLOW_TESTS=1 and on the GPU).
-@pytest.mark.parametrize("pw,layout,xdt,n_b,bp,bb,tw", [
-    c if (c.values if hasattr(c, "values") else c)[1] != "code"
-    else pytest.param(*(c.values if hasattr(c, "values") else c), marks=pytest.mark.slow)
-    for c in grid([(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")],
-                  [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)],
-                  cover=True)])
+@pytest.mark.parametrize("pw,layout,xdt,n_b,bp,bb,tw", _slow_unless(grid(
+    [(4, "code"), (4, "native"), (8, "code"), (8, "e2m1_asm")],
+    [jnp.float32, jnp.bfloat16, jnp.float16], [(13, 16, 16, 8), (20, 32, 8, 4)], cover=True),
+    keep=("native", "e2m1_asm"), axis=1))
 def test_xprep_kernel_gives_the_bits_of_xla_preparation(pw, layout, xdt, n_b, bp, bb, tw):
   """_prep_x_pallas (gemv_launch's x preparation on a GPU from 16 rows on) writes the bits
   of XLA's _prep_x: x of raw bit patterns (subnormals, Inf and NaN; one row of normal
@@ -806,12 +811,6 @@ def test_xprep_kernel_checks_its_tiles():
   with pytest.raises(ValueError, match="row maxima missing"):
     GX._prep_x_pallas(x, 4, 16, 4, "code", 4, None, 8, 1, interpret=True)
 
-
-def _slow_unless(cases, keep):
-  """grid()'s cases with those whose first value is not in `keep` marked slow too."""
-  values = [c.values if hasattr(c, "values") else c for c in cases]
-  return [c if v[0] in keep else pytest.param(*v, marks=pytest.mark.slow)
-          for c, v in zip(cases, values)]
 
 
 # By default the four format families (fp8, MX 4-bit, NVFP4, 16-bit weights), each with one

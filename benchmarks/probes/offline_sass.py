@@ -77,9 +77,8 @@ _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);")
 def loop_counts(sass: str) -> dict:
   """Counts over all instructions and over the largest loop (the longest backward branch)."""
   instrs = [(int(a, 16), text.strip()) for a, text in _INSTR.findall(sass)]
-  addr = [a for a, _ in instrs]
   best = (0, 0)
-  for i, (a, text) in enumerate(instrs):
+  for a, text in instrs:
     m = re.search(r"\bBRA\b.*?(0x[0-9a-f]+)", text)
     if m:
       target = int(m.group(1), 16)
@@ -94,7 +93,6 @@ def loop_counts(sass: str) -> dict:
     return dict(instructions=len(ts), mma=count(ts, r"\bH[G]?MMA"), bar=count(ts, r"\bBAR\b"),
                 lds=count(ts, r"\bLDS|LDSM"), sts=count(ts, r"\bSTS"),
                 ldg=count(ts, r"\bLDG|LDGSTS"), fadd=count(ts, r"\bFADD\b"))
-  del addr
   return dict(all=tally([t for _, t in instrs]), loop=tally(body))
 
 

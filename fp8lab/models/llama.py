@@ -224,7 +224,7 @@ def greedy(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
   tok.block_until_ready()
   t_prefill = time.perf_counter() - t0
   out, pending = [np.asarray(tok)], []
-  stopped = np.zeros((bsz,), bool) if stop is None else out[0] == stop
+  stopped = out[0] == stop
   t_first, steps = None, 0
   for i in range(n - 1):
     if stop is not None and stopped.all():
@@ -236,19 +236,15 @@ def greedy(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
     if t_first is None:
       tok.block_until_ready()
       t_first = time.perf_counter()            # after the first step: compile excluded
-      out.append(np.asarray(tok))
-      stopped |= stop is not None and out[-1] == stop
-      continue
-    steps += 1
+    else:
+      steps += 1
     pending.append(tok)
-    if len(pending) == check_every or i == n - 2:
+    if len(pending) == check_every or i == n - 2:   # the last step always reads its chunk
       got = [np.asarray(v) for v in jax.device_get(pending)]
       pending = []
       out.extend(got)
       if stop is not None:
         stopped |= np.any(np.stack(got) == stop, axis=0)
-  if pending:
-    out.extend(np.asarray(v) for v in jax.device_get(pending))
   t_decode = (time.perf_counter() - t_first) if t_first is not None else 0.0
   return np.stack(out, axis=1), t_prefill, t_decode, steps
 
