@@ -24,6 +24,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if _REPO not in sys.path:
@@ -140,7 +141,10 @@ def main(argv):
           rows.append(row)
   if _OUT.value:
     with open(_OUT.value, "w") as fh:
-      json.dump(dict(size=_SIZE.value, native=_NATIVE.value, rows=rows), fh, indent=1)
+      json.dump(dict(size=_SIZE.value, native=_NATIVE.value, jax=jax.__version__,
+                     target="sm_90 (triton 3.6, offline)",
+                     date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), rows=rows),
+                fh, indent=1)
 
 
 if __name__ == "__main__":

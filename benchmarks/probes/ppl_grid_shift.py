@@ -100,8 +100,9 @@ def main(argv):
     return float(np.exp(np.asarray(llama.nll(logits, y), np.float64).mean()))
 
   base = ppl(common.F32, 0.0)
-  doc = dict(machine=machine_info(), commit=git_commit(), tokens=int(y.size), f32_ppl=base,
-             rows=[])
+  doc = dict(machine=machine_info(), commit=git_commit(),
+             date=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), tokens=int(y.size),
+             f32_ppl=base, rows=[])
   print(f"f32 (the Q4_1 GGUF dequantized) {base:.3f} over {y.size} tokens", flush=True)
   for label in _FORMATS.value:
     vals = []
