@@ -15,7 +15,8 @@ bfloat16 over a full cache of S positions (B, S, Hkv, D), for each size of SIZES
                   (per-token-head e4m3 / e5m2, per-tensor e4m3, nvfp4, mxfp4, plain bf16; a
                   paged variant through a shuffled block table), interpret mode on a CPU;
                   the *_bf16x3 cases take the kernel's bf16x3 dots, the *_f16 cases its
-                  float16 dots (docs/attention_kernel.md).
+                  float16 dots (docs/attention_kernel.md); the mg_* cases
+                  implementation="mosaic" (the Mosaic GPU decode kernel, Hopper).
 Bytes per row: what the op must move at least: K and V as stored (packed words, scales,
 tensor scales; bf16 for the baselines), q and the output. Rows carry bytes_needed, GB/s,
 floor_us (those bytes at this size's copy bandwidth) and % of copy bandwidth, by host time
@@ -171,6 +172,10 @@ CASES: dict[str, Case] = {
     "mxfp4_f16": Case("mxfp4", dots="f16"),
     "e4m3_block_paged_f16": Case("e4m3_block", paged=True, dots="f16"),
     "nvfp4_paged_f16": Case("nvfp4", paged=True, dots="f16"),
+    # the Mosaic GPU decode kernel (Hopper; implementation="mosaic", interpret mode on a CPU)
+    "mg_e4m3_block": Case("e4m3_block", implementation="mosaic"),
+    "mg_e5m2_block": Case("e5m2_block", implementation="mosaic"),
+    "mg_e4m3": Case("e4m3", implementation="mosaic"),
 }
 BASELINES = ("copy", "cudnn_bf16", "xla_bf16", "jax_pallas_gqa")
 # The prefill kernel's rows (fp8lab.attention, compute="bf16"; *_f32: the float32 dots).
@@ -424,7 +429,7 @@ def run_benchmark(*, sizes, cases, baselines, out_path, reps, warmup, interpret,
             table = jnp.asarray(perm.reshape(size.batch, -1))
             args = [(q, _paged(k, perm, PAGE_SIZE), _paged(v, perm, PAGE_SIZE), table)
                     for q, k, v in args]
-          op = fp8lab_op(case, interpret and case.implementation == "pallas",
+          op = fp8lab_op(case, interpret and case.implementation in ("pallas", "mosaic"),
                          causal=size.causal)
       except Exception as e:  # pylint: disable=broad-except
         row.update(status="error", error=f"{type(e).__name__}: {e}"[:2000])

@@ -169,14 +169,15 @@ def assert_close(got, want, tol, what=""):
 def check_attention(q, k, v, lengths, impl="pallas", q_positions=None, **kw):
   """Runs fp8lab.attention and checks o and lse against ref64; returns (o, lse)."""
   lengths = jnp.asarray(lengths, jnp.int32)
-  interpret = INTERPRET and impl == "pallas"
+  kernel = impl in ("pallas", "mosaic")
+  interpret = INTERPRET and kernel
   o, lse = fp8lab.attention(q, k, v, kv_lengths=lengths, return_lse=True, implementation=impl,
                             interpret=interpret, causal=q_positions is not None,
                             q_positions=q_positions, **kw)
   want, want_lse, tol, lse_tol = ref64(q, _values64(k), _values64(v), np.asarray(lengths),
                                        kw.get("sm_scale"),
                                        None if q_positions is None else np.asarray(q_positions),
-                                       tensor_cores=impl == "pallas", f16=impl == "pallas")
+                                       tensor_cores=kernel, f16=kernel)
   assert o.dtype == q.dtype and o.shape == q.shape
   assert_close(o, want, tol + _u_out(q.dtype) * np.abs(want), f"{impl} o")
   seen = np.isfinite(want_lse)

@@ -10,7 +10,9 @@ first variant (the baseline). Results: a JSON in the usual form (run_info) and a
 
 Variant: dots:decode:block_s:num_warps:num_stages[:split_mult] (AttentionConfig fields;
 split_mult multiplies attention_config's n_splits, 0.5 halves it), or "default"
-(attention_config's launch for the size and formats, as fp8lab.attention runs it).
+(attention_config's launch for the size and formats, as fp8lab.attention runs it); the
+Mosaic GPU kernel: "mosaic" (mosaic_config's launch) or mosaic:block_s:stages[:split_mult
+[:p_parts]] (MosaicConfig fields), formats e4m3 / e5m2 (block) only.
 
   python benchmarks/probes/attention_configs.py --out=$OUT/attn_configs.json   # on the GPU
   python benchmarks/probes/attention_configs.py --sizes=2x256x8x2x64 --formats=e4m3_block \\
@@ -72,10 +74,24 @@ class Variant:
   def parse(cls, s: str) -> "Variant":
     if s == "default":                   # attention_config's launch as it is
       return cls("default", "", 0, 0, 0)
+    if s == "mosaic":                    # mosaic_config's launch as it is
+      return cls("mosaic", "default", 0, 0, 0)
+    if s.startswith("mosaic:"):          # mosaic:block_s:stages[:split_mult[:p_parts]]
+      f = s.split(":")
+      return cls("mosaic", f[4] if len(f) > 4 else "2", int(f[1]), 0, int(f[2]),
+                 float(f[3]) if len(f) > 3 else 1.0)
     f = s.split(":")
     return cls(f[0], f[1], int(f[2]), int(f[3]), int(f[4]), float(f[5]) if len(f) > 5 else 1.0)
 
-  def config(self, bsz, hkv, cap, dim, interpret, plans=()) -> AK.AttentionConfig:
+  def config(self, bsz, hkv, cap, dim, interpret, plans=()):
+    if self.dots == "mosaic":          # decode "default" or the p_parts
+      base = AK.mosaic_config(bsz, hkv, cap, dim, interpret,
+                              kv_block=any(p.kind == "block" for p in plans))
+      if self.decode == "default":
+        return base
+      return AK.MosaicConfig(block_s=self.block_s, stages=self.num_stages,
+                             n_splits=max(1, int(base.n_splits * self.split_mult)),
+                             p_parts=int(self.decode))
     base = AK.attention_config(bsz, hkv, cap, dim, interpret, plans)
     if self.dots == "default":
       return base
@@ -84,8 +100,10 @@ class Variant:
                               num_stages=self.num_stages, dots=self.dots, decode=self.decode)
 
   def name(self) -> str:
-    if self.dots == "default":
-      return "default"
+    if self.dots == "default" or (self.dots == "mosaic" and self.decode == "default"):
+      return self.dots
+    if self.dots == "mosaic":
+      return (f"mosaic:{self.block_s}:{self.num_stages}:{self.split_mult:g}:{self.decode}")
     tail = "" if self.split_mult == 1.0 else f":{self.split_mult:g}"
     return f"{self.dots}:{self.decode}:{self.block_s}:{self.num_warps}:{self.num_stages}{tail}"
 
@@ -109,6 +127,10 @@ def _op(shape, kplan, vplan, cfg, interpret):
   bsz, cap, hq, hkv, dim = shape
 
   def op(q, qpos, lengths, k, v):
+    if isinstance(cfg, AK.MosaicConfig):
+      return AK.attention_mosaic(q, qpos, lengths, k, v, kplan=kplan, vplan=vplan,
+                                 group=hq // hkv, capacity=cap, sm_scale=dim ** -0.5,
+                                 config=cfg, interpret=interpret)[0]
     return AK.attention_pallas(q, qpos, lengths, None, k, v, kplan=kplan, vplan=vplan,
                                group=hq // hkv, capacity=cap, page_size=cap,
                                sm_scale=dim ** -0.5, config=cfg, interpret=interpret)[0]

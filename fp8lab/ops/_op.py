@@ -47,9 +47,15 @@ KERNEL_IMPLEMENTATIONS = ("pallas",)
 IMPLEMENTATIONS = (None, *KERNEL_IMPLEMENTATIONS, "xla", "xla_parts", "reference")
 
 
-def on_gpu() -> bool:
-  """Whether JAX's default backend is a GPU."""
-  return jax.default_backend() == "gpu"
+def on_gpu(sm: float | None = None) -> bool:
+  """Whether JAX's default backend is a GPU (with sm: of at least that compute capability,
+  e.g. 9.0 for Hopper)."""
+  if jax.default_backend() != "gpu":
+    return False
+  if sm is None:
+    return True
+  cc = getattr(jax.devices()[0], "compute_capability", None)
+  return cc is not None and float(cc) >= sm
 
 
 def resolve_implementation(op: str, implementation: str | None, interpret: bool) -> str:

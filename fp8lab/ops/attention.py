@@ -36,13 +36,18 @@ from fp8lab.ops.quantize import scatter_rows as _scatter_rows
 from fp8lab.quantized import QuantizedArray
 
 __all__ = ["attention", "kv_cache_update", "HEAD_DIMS", "DOTS_ENV", "LAYOUT_ENV", "CONFIG_ENV",
+           "MOSAIC_CONFIG_ENV",
            "COMPUTES", "DECODE_ROWS"]
 
 HEAD_DIMS = (64, 128, 256)
 # "xla" and "cudnn": K / V decoded to bfloat16 by XLA from the packed words (a memory-bound
 # pre-pass, _sdpa), then jax.nn.dot_product_attention's XLA or cuDNN flash attention.
 _SDPA_IMPLEMENTATIONS = ("xla", "cudnn")
-_IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, *_SDPA_IMPLEMENTATIONS, "reference")
+# "mosaic": the Mosaic GPU decode kernel (fp8lab/kernels/attention/mosaic.py; Hopper and
+# later, or interpret=True), for the decode calls its mosaic_serves takes.
+_MOSAIC = "mosaic"
+_IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, _MOSAIC, *_SDPA_IMPLEMENTATIONS,
+                    "reference")
 # KV kinds (KVPlan.kind of K and V) whose default on a GPU is the decode kernel: its compiled
 # tests pass on the H200, where it is faster than XLA's bf16 attention (over bf16 K / V, so
 # faster still than the reference, which dequantizes first) and JAX's Pallas gqa decode
@@ -61,6 +66,9 @@ DOTS_ENV = "FP8LAB_ATTENTION_DOTS"
 # kernels/attention.attention_config's defaults; unset or "" for the defaults. For tuning
 # runs (benchmarks/probes/attention_configs.py finds candidates).
 CONFIG_ENV = "FP8LAB_ATTENTION_CONFIG"
+# The Mosaic decode kernel's launch, read at each call: "block_s:stages[:split_mult[:p_parts]]"
+# (MosaicConfig fields; split_mult multiplies the default n_splits) instead of its default.
+MOSAIC_CONFIG_ENV = "FP8LAB_ATTENTION_MOSAIC_CONFIG"
 # The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
 # kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
 # with float32 softmax and accumulation, "fp8" the prefill kernel's e4m3 q / P / K / V dots.
@@ -204,6 +212,15 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
                      "compute='bf16' for the other formats")
   decode = compute in (None, "f32") and tq * (hq // hkv) <= DECODE_ROWS
   impl = _resolve(implementation, interpret, k, v, dim, decode, compute)
+  if impl == _MOSAIC:
+    why = None if decode else (f"it is a decode kernel (compute None or 'f32' and Tq * group "
+                               f"<= {DECODE_ROWS}; got compute={compute!r}, Tq * group = "
+                               f"{tq * (hq // hkv)})")
+    why = why or attn_kernel.mosaic_serves(
+        attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim), tq=tq, group=hq // hkv,
+        kv_heads=hkv, paged=paged)
+    if why:
+      raise ValueError(f"attention: implementation='mosaic' does not take this call: {why}")
   if impl in _SDPA_IMPLEMENTATIONS and compute not in (None, "bf16"):
     raise ValueError(f"attention: implementation {impl!r} computes in bfloat16 (compute None "
                      f"or 'bf16'), got compute={compute!r}")
@@ -215,6 +232,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
                      f"{layout!r}")
   mode = (f"sdpa:{masking}:{'full' if full else 'lengths'}" if impl in _SDPA_IMPLEMENTATIONS
+          else "mosaic" if impl == _MOSAIC
           else _kernel_mode(tq * (hq // hkv), compute, dots, layout))
   o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
@@ -328,6 +346,13 @@ def _resolve(implementation, interpret: bool, k, v, dim: int, decode: bool,
       raise ValueError(f"attention: implementation 'cudnn' needs an NVIDIA GPU (head "
                        f"dimension D={dim} > 128 needs Hopper or later); 'xla' runs the same "
                        f"pre-pass with XLA's attention anywhere")
+    return implementation
+  if implementation == _MOSAIC:
+    if not isinstance(interpret, bool):
+      raise TypeError(f"attention: interpret must be a bool, got {interpret!r}")
+    if not interpret and not _op.on_gpu(sm=9.0):
+      raise ValueError("attention: implementation='mosaic' needs a Hopper (sm_90) or later "
+                       "GPU; pass interpret=True to run it in the Mosaic GPU interpreter")
     return implementation
   return _op.resolve_implementation("attention", implementation, interpret)
 
@@ -535,6 +560,44 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 
+def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions):
+  """The Mosaic GPU decode kernel on (B, Tq, Hq, D), with q rotated for a Hadamard-rotated
+  K and o rotated back for a rotated V, as _pallas_call does."""
+  bsz, _, hq, dim = q.shape
+  hkv = k.shape[2]
+  qk = _rotate_q(k, q.astype(jnp.float32)) if k.hadamard is not None else q
+  rotated_v = v.hadamard is not None
+  capacity = k.shape[1]
+  cfg = attn_kernel.mosaic_config(bsz, hkv, capacity, dim, interpret,
+                                  kv_block=k.block_shape is not None or
+                                  v.block_shape is not None)
+  o, lse = attn_kernel.attention_mosaic(
+      qk, q_positions, kv_lengths, k, v, kplan=attn_kernel.kv_plan(k, dim),
+      vplan=attn_kernel.kv_plan(v, dim), group=hq // hkv, capacity=capacity,
+      sm_scale=sm_scale, config=_mosaic_launch(cfg),
+      out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
+  return _unrotate_o(v, o).astype(q.dtype), lse
+
+
+def _mosaic_launch(cfg):
+  """cfg with MOSAIC_CONFIG_ENV's fields, if set: "block_s:stages[:split_mult[:p_parts]]"."""
+  v = os.environ.get(MOSAIC_CONFIG_ENV, "")
+  if not v:
+    return cfg
+  f = v.split(":")
+  try:
+    if not 2 <= len(f) <= 4:
+      raise ValueError
+    block_s, stages = int(f[0]), int(f[1])
+    mult = float(f[2]) if len(f) > 2 else 1.0
+    parts = int(f[3]) if len(f) > 3 else cfg.p_parts
+  except ValueError:
+    raise ValueError(f"attention: {MOSAIC_CONFIG_ENV} must be block_s:stages[:split_mult"
+                     f"[:p_parts]], got {v!r}") from None
+  return dataclasses.replace(cfg, block_s=block_s, stages=stages, p_parts=parts,
+                             n_splits=max(1, int(cfg.n_splits * mult)))
+
+
 def _launch_config(cfg):
   """cfg with CONFIG_ENV's fields, if set (ValueError for a malformed value)."""
   v = os.environ.get(CONFIG_ENV, "")
@@ -567,6 +630,10 @@ def _batched(implementation: str, interpret: bool, sm_scale: float, page_size: i
         masking = "positions"     # tokens folded: query i is no longer at position i
       return _sdpa(implementation, sm_scale, masking, rows == "full", q, k, v, kv_lengths,
                    q_positions, table)
+  elif implementation == _MOSAIC:
+    def call(q, k, v, kv_lengths, q_positions, table):
+      del table                        # contiguous caches only (mosaic_serves)
+      return _mosaic_call(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
   else:
     call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
 

@@ -570,11 +570,12 @@ def attention_partials(q, qpos, kv_len, table, k, v, *, kplan: KVPlan, vplan: KV
 
 def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, rows: int,
                     dim: int, n_splits: int, real_rows: int, block_d: int, block_splits: int,
-                    n_chunks: int, group: int, tq: int, spare: int):
+                    n_chunks: int, group: int, tq: int, spare: int, transposed: bool):
   """One (batch row, KV head, block_d columns of D): the splits merged in chunks of
   block_splits splits (a chunk's (block_splits, real_rows, block_d) partials load at once;
   splits past n_splits read as empty), its real rows stored into (B, Tq, Hq, D) and, from
-  the first column block, the log-sum-exps into (B, Tq, Hq)."""
+  the first column block, the log-sum-exps into (B, Tq, Hq). transposed: a split's o is
+  (D, rows) (the Mosaic kernel's o^T), not (rows, D)."""
   b, h, c = pl.program_id(0), pl.program_id(1), pl.program_id(2)
   r = lax.iota(jnp.int32, real_rows)
   d = c * block_d + lax.iota(jnp.int32, block_d)
@@ -599,7 +600,12 @@ def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, row
     w = jnp.exp(m - m_safe[None, :])                     # 0 for empty splits (m = -inf)
     l = plgpu.load(l_ref.at[row], mask=ok, other=0.0)
     mask = jnp.broadcast_to(ok[:, :, None], (block_splits, real_rows, block_d))
-    o = plgpu.load(o_ref.at[(row * dim)[:, :, None] + d[None, None, :]], mask=mask, other=0.0)
+    if transposed:                     # row = part * rows + r: element (r, d) of part's o^T
+      off = jnp.where(mask, (((row - r[None, :]) * dim)[:, :, None] + d[None, None, :] * rows
+                             + r[None, :, None]), 0)
+    else:
+      off = (row * dim)[:, :, None] + d[None, None, :]
+    o = plgpu.load(o_ref.at[off], mask=mask, other=0.0)
     return num + jnp.sum(o * w[:, :, None], axis=0), den + jnp.sum(l * w, axis=0)
 
   num, den = lax.fori_loop(0, n_chunks, add, (jnp.zeros((real_rows, block_d), jnp.float32),
@@ -623,14 +629,17 @@ def _combine_kernel(o_ref, m_ref, l_ref, out_ref, lse_ref, *, kv_heads: int, row
 _COMBINE_TILE = 4096
 
 
-def combine(o, m, l, *, group: int, tq: int, out_dtype, interpret: bool = False):
+def combine(o, m, l, *, group: int, tq: int, out_dtype, interpret: bool = False,
+            transposed: bool = False):
   """Merges attention_partials' splits by their log-sum-exp, in float32, in one Pallas
   kernel (a program per batch row, KV head and block of D's columns; the splits added in
   a fixed reduction order: no atomics, bitwise deterministic): (o (B, Tq, Hq, D) in
   out_dtype, lse (B, Tq, Hq) float32) with o = sum_s w_s o_s / L, w_s = exp(m_s - M),
   M = max_s m_s, L = sum_s w_s l_s, lse = M + log L; a row with no key gets o = 0 and
-  lse = -inf. Only the Tq * group real rows of the partials are read."""
-  bsz, kv_heads, n_splits, rows, dim = o.shape
+  lse = -inf. Only the Tq * group real rows of the partials are read. transposed: o is
+  (B, Hkv, n_splits, D, rows) (the Mosaic kernel's o^T per split)."""
+  bsz, kv_heads, n_splits = o.shape[:3]
+  rows, dim = o.shape[3:][::-1] if transposed else o.shape[3:]
   real_rows = _next_pow2(tq * group)
   s_pad = _next_pow2(n_splits)
   block_d = min(dim, 32 if s_pad * real_rows <= 128 else 16)
@@ -642,7 +651,7 @@ def combine(o, m, l, *, group: int, tq: int, out_dtype, interpret: bool = False)
       functools.partial(_combine_kernel, kv_heads=kv_heads, rows=rows, dim=dim,
                         n_splits=n_splits, real_rows=real_rows, block_d=block_d,
                         block_splits=block_splits, n_chunks=s_pad // block_splits,
-                        group=group, tq=tq, spare=spare),
+                        group=group, tq=tq, spare=spare, transposed=transposed),
       out_shape=(jax.ShapeDtypeStruct(((n_rows + extra) * dim,), out_dtype),
                  jax.ShapeDtypeStruct((n_rows + extra,), jnp.float32)),
       grid=(bsz, kv_heads, dim // block_d),
