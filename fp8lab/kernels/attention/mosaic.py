@@ -222,7 +222,7 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
     dst[...] = x
 
   def step(i, carry):
-    o, m, l, e = carry
+    o, m, lsum, e = carry
     slot = lax.rem(i, stages)
     p0 = start + i * block_s
     plgpu.barrier_wait(kv_bar.at[slot])
@@ -241,18 +241,25 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
     pos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_s, n), 0, layout=wg)
     keep = (pos < end) & (pos <= lax.broadcast_in_dim(qpos, s.shape, [1]))
     s = jnp.where(keep, s, -jnp.inf)
-    m_new = jnp.maximum(m, s.max(axis=0))
+    if v_block:
+      # V's per-position scales (0 where masked: a NaN stored past the length must not meet
+      # p = 0 there); their block maximum comes out of the scores' reduction (one pass
+      # across the warpgroup for both)
+      vs = jnp.where(keep, lax.broadcast_in_dim(position_scales(vs_smem, slot), s.shape, [0]),
+                     0.0)
+      mx = jnp.concatenate([s, vs], axis=1).max(axis=0)
+      s_max, vs_max = mx[:n], mx[n:]
+    else:
+      s_max = s.max(axis=0)
+    m_new = jnp.maximum(m, s_max)
     m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
     alpha = jnp.exp(m - m_safe)
     p = jnp.exp(s - lax.broadcast_in_dim(m_safe, s.shape, [1]))
-    l = alpha * l + p.sum(axis=0)
-    if v_block:                        # p * vs / 2^e, e the running bound's exponent
-      vs = position_scales(vs_smem, slot)
-      # (masked: a NaN scale stored past the length must not meet p = 0 there)
-      t = jnp.where(keep, p * lax.broadcast_in_dim(vs, s.shape, [0]), 0.0)
-      bits = lax.bitcast_convert_type(t.max(axis=0), jnp.int32)
+    lsum = lax.broadcast_in_dim(alpha, s.shape, [1]) * lsum + p     # summed after the loop
+    if v_block:                        # p * vs / 2^e, e: the running bound's exponent
+      bits = lax.bitcast_convert_type(vs_max, jnp.int32)
       e_new = jnp.clip(jnp.maximum(e, lax.shift_right_logical(bits, 23) - 126), -126, 127)
-      t = t * lax.broadcast_in_dim(_pow2(-e_new), s.shape, [1])
+      t = p * vs * lax.broadcast_in_dim(_pow2(-e_new), s.shape, [1])
       alpha = alpha * _pow2(jnp.maximum(e - e_new, -126))
     else:
       t, e_new = p, e
@@ -272,13 +279,14 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
     o = o * lax.broadcast_in_dim(alpha, o.shape, [1]) + pl.run_scoped(
         pv, plgpu.ACC((dim, n), jnp.float32))
     pl.when(i + stages < n_iter)(lambda: issue(i + stages, slot))
-    return o, m_new, l, e_new
+    return o, m_new, lsum, e_new
 
   o0 = plgpu.layout_cast(jnp.zeros((dim, n), jnp.float32), wg)
   m0 = plgpu.layout_cast(jnp.full((n,), -jnp.inf, jnp.float32), col_l)
-  l0 = plgpu.layout_cast(jnp.zeros((n,), jnp.float32), col_l)
+  l0 = plgpu.layout_cast(jnp.zeros((block_s, n), jnp.float32), wg)
   e0 = plgpu.layout_cast(jnp.full((n,), -126, jnp.int32), col_l)
-  o, m, l, e = lax.fori_loop(0, n_iter, step, (o0, m0, l0, e0))
+  o, m, lsum, e = lax.fori_loop(0, n_iter, step, (o0, m0, l0, e0))
+  l = lsum.sum(axis=0)
   if v_block:
     o = o * lax.broadcast_in_dim(_pow2(e), o.shape, [1])
   else:                                # V's tensor scale
