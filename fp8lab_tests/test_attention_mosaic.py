@@ -20,14 +20,14 @@ import pytest
 import fp8lab
 from fp8lab.kernels import attention as AK
 from fp8lab.kernels.attention import mosaic as M
-from fp8lab_tests.switches import ON_GPU
-from fp8lab_tests.test_attention import (_kv, _lengths, _normal, check_attention,
-                                         spoil_words)
+from fp8lab_tests.switches import ON_GPU, gpu
+from fp8lab_tests.test_attention import (_kv, _lengths, _normal, _values64, assert_close,
+                                         check_attention, ref64, spoil_words)
 
 INTERPRET = not ON_GPU
-# (B, S, Hkv): Hkv 8 (the per-token-head scale tiles need a multiple of 8); S a multiple of
-# no block; larger compiled.
-SHAPE = (3, 1500, 8) if ON_GPU else (2, 150, 8)
+# (B, S, Hkv): Hkv 8 (the per-token-head scale tiles need a multiple of 8); S a multiple of 8
+# (the TMA copies' rows) and of no block; larger compiled.
+SHAPE = (3, 1496, 8) if ON_GPU else (2, 152, 8)
 
 
 def _attend(q, k, v, lengths=None, **kw):
@@ -139,6 +139,9 @@ def test_errors():
   with pytest.raises(ValueError, match="decode kernel"):
     qp = jnp.zeros((bsz, 20, hkv * 4, 128), jnp.float32)
     _attend(qp, e4, e4)
+  with pytest.raises(ValueError, match="multiple of 8 positions"):
+    x = _meta("e4m3", (bsz, cap - 3, hkv, 128))
+    _attend(q, x, x)
   with pytest.raises(ValueError, match="paged"):
     pool = _meta("e4m3_block", (4, 16, hkv, 128))
     fp8lab.attention(q, pool, pool, block_tables=jnp.zeros((bsz, 2), jnp.int32),
@@ -151,11 +154,49 @@ def test_errors():
 @pytest.mark.parametrize("dim", [64, 128, 256])
 @pytest.mark.parametrize("kv_block", [True, False])
 def test_default_launch_fits_shared_memory(monkeypatch, dim, kv_block):
-  """The compiled default's scratch fits the H200's per-block shared memory with the slack
-  left, and takes at least two stages."""
+  """The compiled default's scratch fits half the H200's shared memory (two programs per
+  SM; one at D = 256) with the slack left, takes at least two stages, and fills four waves."""
   monkeypatch.setattr(AK.mosaic.device, "smem_per_block", lambda interpret=False: 227 * 1024)
   monkeypatch.setattr(AK.mosaic.device, "sm_count", lambda interpret=False: 132)
   cfg = M.mosaic_config(8, 8, 131072, dim, kv_block=kv_block)
   assert cfg.stages >= 2
-  assert M.smem_bytes(cfg, dim, 8, kv_block) + M._SMEM_SLACK <= 227 * 1024
-  assert 8 * 8 * cfg.n_splits >= 2 * 132
+  per_sm = 2 if dim <= 128 else 1
+  assert per_sm * (M.smem_bytes(cfg, dim, 8, kv_block) + M._SMEM_SLACK) <= 228 * 1024
+  assert 8 * 8 * cfg.n_splits >= 4 * 132
+
+
+@gpu
+@pytest.mark.parametrize("block_s,stages,p_parts", [(128, 3, 2), (64, 2, 1)])
+def test_compiled_variants_match_reference(block_s, stages, p_parts):
+  """Launch variants the interpreter cannot run (k_regs: K to wgmma from registers), and
+  other block sizes, compiled, against the bound (p_parts 1: float16 p, 2^-11 per P V
+  product, added to the bound)."""
+  bsz, cap, hkv = SHAPE
+  dim, group = 128, 4
+  k = _kv("e4m3_block", _normal(21, (bsz, cap, hkv, dim)))
+  v = _kv("e4m3_block", _normal(22, (bsz, cap, hkv, dim)))
+  q = _normal(23, (bsz, 1, hkv * group, dim)).astype(jnp.bfloat16)
+  lengths = _lengths(bsz, cap)
+  want, _, tol, _ = ref64(q, _values64(k), _values64(v), lengths, tensor_cores=True, f16=True)
+  if p_parts == 1:
+    tol = tol + 2.0**-11 * np.abs(_values64(v)).max()
+  for k_regs in (False, True):
+    cfg = M.MosaicConfig(block_s=block_s, stages=stages, n_splits=4, p_parts=p_parts,
+                         k_regs=k_regs)
+    o, _ = AK.attention_mosaic(
+        q, jnp.full((bsz, 1), 2**31 - 1, jnp.int32), jnp.asarray(lengths), k, v,
+        kplan=AK.kv_plan(k, dim), vplan=AK.kv_plan(v, dim), group=group, capacity=cap,
+        sm_scale=dim ** -0.5, config=cfg, out_dtype=jnp.float32)
+    assert_close(o, want, tol, f"k_regs={k_regs}")
+
+
+def test_k_regs_refused_in_interpret_mode():
+  bsz, cap, hkv = SHAPE
+  k = _kv("e4m3", _normal(24, (bsz, cap, hkv, 64)))
+  q = _normal(25, (bsz, 1, hkv, 64))
+  with pytest.raises(ValueError, match="compiled only"):
+    AK.attention_mosaic(q, jnp.zeros((bsz, 1), jnp.int32), jnp.full((bsz,), cap, jnp.int32),
+                        k, k, kplan=AK.kv_plan(k, 64), vplan=AK.kv_plan(k, 64), group=1,
+                        capacity=cap, sm_scale=0.125,
+                        config=M.MosaicConfig(block_s=64, stages=2, k_regs=True),
+                        interpret=True)

@@ -12,7 +12,7 @@ Variant: dots:decode:block_s:num_warps:num_stages[:split_mult] (AttentionConfig 
 split_mult multiplies attention_config's n_splits, 0.5 halves it), or "default"
 (attention_config's launch for the size and formats, as fp8lab.attention runs it); the
 Mosaic GPU kernel: "mosaic" (mosaic_config's launch) or mosaic:block_s:stages[:split_mult
-[:p_parts]] (MosaicConfig fields), formats e4m3 / e5m2 (block) only.
+[:p_parts[:k_regs 0/1]]] (MosaicConfig fields), formats e4m3 / e5m2 (block) only.
 
   python benchmarks/probes/attention_configs.py --out=$OUT/attn_configs.json   # on the GPU
   python benchmarks/probes/attention_configs.py --sizes=2x256x8x2x64 --formats=e4m3_block \\
@@ -76,10 +76,11 @@ class Variant:
       return cls("default", "", 0, 0, 0)
     if s == "mosaic":                    # mosaic_config's launch as it is
       return cls("mosaic", "default", 0, 0, 0)
-    if s.startswith("mosaic:"):          # mosaic:block_s:stages[:split_mult[:p_parts]]
+    if s.startswith("mosaic:"):   # mosaic:block_s:stages[:split_mult[:p_parts[:k_regs]]]
       f = s.split(":")
-      return cls("mosaic", f[4] if len(f) > 4 else "2", int(f[1]), 0, int(f[2]),
-                 float(f[3]) if len(f) > 3 else 1.0)
+      return cls("mosaic", (f[4] if len(f) > 4 else "2") + (":r" if len(f) > 5 and f[5] == "1"
+                                                             else ""),
+                 int(f[1]), 0, int(f[2]), float(f[3]) if len(f) > 3 else 1.0)
     f = s.split(":")
     return cls(f[0], f[1], int(f[2]), int(f[3]), int(f[4]), float(f[5]) if len(f) > 5 else 1.0)
 
@@ -91,7 +92,8 @@ class Variant:
         return base
       return AK.MosaicConfig(block_s=self.block_s, stages=self.num_stages,
                              n_splits=max(1, int(base.n_splits * self.split_mult)),
-                             p_parts=int(self.decode))
+                             p_parts=int(self.decode.split(":")[0]),
+                             k_regs=self.decode.endswith(":r"))
     base = AK.attention_config(bsz, hkv, cap, dim, interpret, plans)
     if self.dots == "default":
       return base

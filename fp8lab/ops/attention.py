@@ -218,7 +218,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
                                f"{tq * (hq // hkv)})")
     why = why or attn_kernel.mosaic_serves(
         attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim), tq=tq, group=hq // hkv,
-        kv_heads=hkv, paged=paged)
+        kv_heads=hkv, paged=paged, capacity=capacity)
     if why:
       raise ValueError(f"attention: implementation='mosaic' does not take this call: {why}")
   if impl in _SDPA_IMPLEMENTATIONS and compute not in (None, "bf16"):

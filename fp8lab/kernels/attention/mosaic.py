@@ -59,11 +59,14 @@ _NO_LIMIT = 2**31 - 1
 class MosaicConfig:
   """Launch parameters: block_s positions per step (64 or 128: wgmma's M), `stages` TMA
   slots in flight, n_splits programs per (batch row, KV head) along the cache, p_parts
-  float16 parts of p for the P V product (2: within 2^-22 of float32 p; 1: float16 p)."""
+  float16 parts of p for the P V product (2: within 2^-22 of float32 p; 1: float16 p);
+  k_regs: K's float16 values go to wgmma from registers (compiled only: the Mosaic
+  interpreter takes wgmma operands from shared memory) instead of through a float16 tile."""
   block_s: int = 128
   stages: int = 4
   n_splits: int = 1
   p_parts: int = 2
+  k_regs: bool = False
 
   def __post_init__(self):
     if self.block_s not in (64, 128):
@@ -82,7 +85,7 @@ def columns(tq: int, group: int) -> int:
 
 
 def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads: int,
-                  paged: bool) -> str | None:
+                  paged: bool, capacity: int = 8) -> str | None:
   """None where the kernel takes the call, else why not (a sentence)."""
   for name, p in (("K", kplan), ("V", vplan)):
     if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
@@ -95,6 +98,8 @@ def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads
               f"TMA tiles), got {kv_heads}")
   if paged:
     return "paged caches are not supported yet"
+  if capacity % 8:                     # the TMA copies' tiled rows (Mosaic's lowering)
+    return f"the cache capacity must be a multiple of 8 positions, got {capacity}"
   if columns(tq, group) > MAX_COLUMNS:
     return f"Tq * group = {tq * group} query rows per KV head exceed {MAX_COLUMNS}"
   return None
@@ -102,25 +107,19 @@ def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads
 
 def mosaic_config(batch: int, kv_heads: int, capacity: int, dim: int,
                   interpret: bool = False, kv_block: bool = True) -> MosaicConfig:
-  """The default launch: block_s 128 (64 for D = 256, whose float16 tiles are twice the
-  bytes), as many TMA stages (up to 4) as fit the shared memory beside the float16 tiles
-  (smem_bytes; kv_block: per-token-head scale tiles too), and n_splits the power of two
-  that brings the programs to about two per SM (one program is resident per SM at these
-  shared-memory sizes, so two waves even out the tail), no more than the cache has blocks.
-  Interpret mode: block_s 64, 2 stages, two splits where the cache has the blocks (the CPU
-  tests' small caches)."""
-  if interpret:
-    return MosaicConfig(block_s=64, stages=2, n_splits=min(2, -(-capacity // 64)))
-  block_s = 64 if dim > 128 else 128
+  """The default launch, from the H100 probe of 2026-12-07 (docs/attention_kernel.md
+  section 6): block_s 64, 2 stages (small programs, two resident per SM at D <= 128), K to wgmma from
+  registers, p in two float16 parts, and n_splits the power of two that brings the programs
+  to about four per SM, no more than the cache has blocks. Interpret mode: the same blocks
+  and stages, K through shared memory (the interpreter's wgmma), two splits where the cache
+  has the blocks (the CPU tests' small caches)."""
+  block_s, stages = 64, 2
   blocks = -(-capacity // block_s)
-  want = -(-2 * device.sm_count(False) // max(1, batch * kv_heads))
+  if interpret:
+    return MosaicConfig(block_s=block_s, stages=stages, n_splits=min(2, blocks))
+  want = -(-4 * device.sm_count(False) // max(1, batch * kv_heads))
   n_splits = max(1, min(1 << max(0, (want - 1).bit_length()), blocks))
-  cfg = MosaicConfig(block_s=block_s, stages=1, n_splits=n_splits)
-  per_stage = smem_bytes(dataclasses.replace(cfg, stages=2), dim, kv_heads, kv_block) - \
-      smem_bytes(cfg, dim, kv_heads, kv_block)
-  budget = device.smem_per_block(False) - _SMEM_SLACK
-  stages = 1 + max(0, (budget - smem_bytes(cfg, dim, kv_heads, kv_block)) // per_stage)
-  return dataclasses.replace(cfg, stages=int(min(4, stages)))
+  return MosaicConfig(block_s=block_s, stages=stages, n_splits=n_splits, k_regs=True)
 
 
 # Bytes of shared memory Mosaic adds beside the scratch (reduction scratch, barriers,
@@ -134,7 +133,7 @@ def smem_bytes(cfg: MosaicConfig, dim: int, kv_heads: int, kv_block: bool,
   V tiles, q's parts, p's parts and the output tiles."""
   bs = cfg.block_s
   stage = 2 * bs * dim + (2 * bs * kv_heads * 4 if kv_block else 0)
-  fixed = 2 * bs * dim * 2 + q_parts * n * dim * 2 + cfg.p_parts * n * bs * 2 + dim * n * 4
+  fixed = (1 if cfg.k_regs else 2) * bs * dim * 2 + q_parts * n * dim * 2 + cfg.p_parts * n * bs * 2 + dim * n * 4
   return cfg.stages * stage + fixed + 2 * n * 4
 
 
@@ -182,7 +181,7 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
             l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, k16_smem, v16_smem, p_smem,
             o_smem, ml_smem, q_bar, kv_bar, *, n: int, q_parts: int, dim: int,
             kv_heads: int, capacity: int, split_len: int, block_s: int, stages: int,
-            p_parts: int, k_block: bool, v_block: bool):
+            p_parts: int, k_block: bool, v_block: bool, k_regs: bool):
   wg = plgpu.Layout.WGMMA
   col_l, row_l = wg.reduce(0), wg.reduce(1)
   b, h, sp = lax.axis_index("b"), lax.axis_index("h"), lax.axis_index("s")
@@ -226,12 +225,17 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
     slot = lax.rem(i, stages)
     p0 = start + i * block_s
     plgpu.barrier_wait(kv_bar.at[slot])
-    to_f16(k_smem.at[slot], k16_smem)
-    plgpu.commit_smem()
+    if k_regs:
+      k16 = plgpu.layout_cast(plgpu.load(k_smem.at[slot], layout=plgpu.Layout.WGMMA_UPCAST_2X)
+                              .astype(jnp.float16), wg)
+    else:
+      to_f16(k_smem.at[slot], k16_smem)
+      plgpu.commit_smem()
+      k16 = k16_smem
 
     def qk(acc):
       for j in range(q_parts):
-        plgpu.wgmma(acc, k16_smem, q_smem.at[j].T)
+        plgpu.wgmma(acc, k16, q_smem.at[j].T)
       plgpu.wgmma_wait(0)
       return acc[...]
     s = pl.run_scoped(qk, plgpu.ACC((block_s, n), jnp.float32))
@@ -337,7 +341,8 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
       plgpu.SMEM((stages, bs, dim), fp8(vplan), transforms=_tiles(jnp.uint8, dim)),
       plgpu.SMEM((stages, bs, hkv) if k_block else (1, 8, 8), jnp.float32),
       plgpu.SMEM((stages, bs, hkv) if v_block else (1, 8, 8), jnp.float32),
-      plgpu.SMEM((bs, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+      plgpu.SMEM((8, dim) if config.k_regs else (bs, dim), jnp.float16,
+                 transforms=_tiles(jnp.float16, dim)),
       plgpu.SMEM((bs, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
       plgpu.SMEM((config.p_parts, n, bs), jnp.float16, transforms=_tiles(jnp.float16, bs)),
       plgpu.SMEM((dim, n), jnp.float32),
@@ -349,7 +354,10 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
   kernel = functools.partial(
       _kernel, n=n, q_parts=q16.shape[2], dim=dim, kv_heads=hkv, capacity=capacity,
       split_len=split_len, block_s=bs, stages=stages, p_parts=config.p_parts,
-      k_block=k_block, v_block=v_block)
+      k_block=k_block, v_block=v_block, k_regs=config.k_regs)
+  if interpret and config.k_regs:
+    raise ValueError("MosaicConfig.k_regs runs compiled only (the Mosaic GPU interpreter takes "
+                     "wgmma operands from shared memory)")
   if interpret:
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
     interp = InterpretGPUParams()
