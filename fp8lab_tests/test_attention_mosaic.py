@@ -200,3 +200,18 @@ def test_k_regs_refused_in_interpret_mode():
                         capacity=cap, sm_scale=0.125,
                         config=M.MosaicConfig(block_s=64, stages=2, k_regs=True),
                         interpret=True)
+
+
+def test_launch_env(monkeypatch):
+  """FP8LAB_ATTENTION_MOSAIC_CONFIG overrides the launch (one split, float16 p: within the
+  bound plus p's 2^-11 per product); a malformed value is a ValueError."""
+  bsz, cap, hkv = SHAPE
+  k = _kv("e4m3", _normal(26, (bsz, cap, hkv, 64)))
+  q = _normal(27, (bsz, 1, hkv * 2, 64))
+  monkeypatch.setenv("FP8LAB_ATTENTION_MOSAIC_CONFIG", "64:2:0.5:1")
+  o = np.asarray(_attend(q, k, k), np.float64)
+  want = np.asarray(fp8lab.attention(q, k, k, implementation="reference"), np.float64)
+  np.testing.assert_allclose(o, want, atol=2.0**-10 * np.abs(_values64(k)).max())
+  monkeypatch.setenv("FP8LAB_ATTENTION_MOSAIC_CONFIG", "64")   # read when traced: a new shape
+  with pytest.raises(ValueError, match="block_s:stages"):
+    _attend(q[:, :, :hkv], k, k)

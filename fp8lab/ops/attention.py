@@ -579,40 +579,40 @@ def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positi
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 
-def _mosaic_launch(cfg):
-  """cfg with MOSAIC_CONFIG_ENV's fields, if set: "block_s:stages[:split_mult[:p_parts]]"."""
-  v = os.environ.get(MOSAIC_CONFIG_ENV, "")
+def _env_numbers(env: str, usage: str, n_ints: int, n_max: int):
+  """The colon-separated fields of environment variable `env` (None if unset): the first
+  n_ints as ints, up to n_max in all, the rest floats; ValueError naming `usage` for a
+  malformed value."""
+  v = os.environ.get(env, "")
   if not v:
-    return cfg
+    return None
   f = v.split(":")
   try:
-    if not 2 <= len(f) <= 4:
+    if not n_ints <= len(f) <= n_max:
       raise ValueError
-    block_s, stages = int(f[0]), int(f[1])
-    mult = float(f[2]) if len(f) > 2 else 1.0
-    parts = int(f[3]) if len(f) > 3 else cfg.p_parts
+    return [int(x) for x in f[:n_ints]] + [float(x) for x in f[n_ints:]]
   except ValueError:
-    raise ValueError(f"attention: {MOSAIC_CONFIG_ENV} must be block_s:stages[:split_mult"
-                     f"[:p_parts]], got {v!r}") from None
-  return dataclasses.replace(cfg, block_s=block_s, stages=stages, p_parts=parts,
+    raise ValueError(f"attention: {env} must be {usage}, got {v!r}") from None
+
+
+def _mosaic_launch(cfg):
+  """cfg with MOSAIC_CONFIG_ENV's fields, if set: "block_s:stages[:split_mult[:p_parts]]"."""
+  f = _env_numbers(MOSAIC_CONFIG_ENV, "block_s:stages[:split_mult[:p_parts]]", 2, 4)
+  if f is None:
+    return cfg
+  mult = f[2] if len(f) > 2 else 1.0
+  return dataclasses.replace(cfg, block_s=f[0], stages=f[1],
+                             p_parts=int(f[3]) if len(f) > 3 else cfg.p_parts,
                              n_splits=max(1, int(cfg.n_splits * mult)))
 
 
 def _launch_config(cfg):
   """cfg with CONFIG_ENV's fields, if set (ValueError for a malformed value)."""
-  v = os.environ.get(CONFIG_ENV, "")
-  if not v:
+  f = _env_numbers(CONFIG_ENV, "block_s:num_warps:num_stages[:split_mult]", 3, 4)
+  if f is None:
     return cfg
-  f = v.split(":")
-  try:
-    if len(f) not in (3, 4):
-      raise ValueError
-    block_s, warps, stages = (int(x) for x in f[:3])
-    mult = float(f[3]) if len(f) == 4 else 1.0
-  except ValueError:
-    raise ValueError(f"attention: {CONFIG_ENV} must be block_s:num_warps:num_stages"
-                     f"[:split_mult], got {v!r}") from None
-  return dataclasses.replace(cfg, block_s=block_s, num_warps=warps, num_stages=stages,
+  mult = f[3] if len(f) == 4 else 1.0
+  return dataclasses.replace(cfg, block_s=f[0], num_warps=f[1], num_stages=f[2],
                              n_splits=max(1, int(cfg.n_splits * mult)))
 
 
