@@ -158,7 +158,7 @@ def test_default_launch_fits_shared_memory(monkeypatch, dim, kv_block):
   SM; one at D = 256) with the slack left, takes at least two stages, and fills four waves."""
   monkeypatch.setattr(AK.mosaic.device, "smem_per_block", lambda interpret=False: 227 * 1024)
   monkeypatch.setattr(AK.mosaic.device, "sm_count", lambda interpret=False: 132)
-  cfg = M.mosaic_config(8, 8, 131072, dim, kv_block=kv_block)
+  cfg = M.mosaic_config(8, 8, 131072, dim)
   assert cfg.stages >= 2
   per_sm = 2 if dim <= 128 else 1
   assert per_sm * (M.smem_bytes(cfg, dim, 8, kv_block) + M._SMEM_SLACK) <= 228 * 1024

@@ -86,8 +86,7 @@ class Variant:
 
   def config(self, bsz, hkv, cap, dim, interpret, plans=()):
     if self.dots == "mosaic":          # decode "default" or the p_parts
-      base = AK.mosaic_config(bsz, hkv, cap, dim, interpret,
-                              kv_block=any(p.kind == "block" for p in plans))
+      base = AK.mosaic_config(bsz, hkv, cap, dim, interpret)
       if self.decode == "default":
         return base
       return AK.MosaicConfig(block_s=self.block_s, stages=self.num_stages,

@@ -568,9 +568,7 @@ def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positi
   qk = _rotate_q(k, q.astype(jnp.float32)) if k.hadamard is not None else q
   rotated_v = v.hadamard is not None
   capacity = k.shape[1]
-  cfg = attn_kernel.mosaic_config(bsz, hkv, capacity, dim, interpret,
-                                  kv_block=k.block_shape is not None or
-                                  v.block_shape is not None)
+  cfg = attn_kernel.mosaic_config(bsz, hkv, capacity, dim, interpret)
   o, lse = attn_kernel.attention_mosaic(
       qk, q_positions, kv_lengths, k, v, kplan=attn_kernel.kv_plan(k, dim),
       vplan=attn_kernel.kv_plan(v, dim), group=hq // hkv, capacity=capacity,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -42,8 +41,9 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from fp8lab.kernels import device
-from fp8lab.kernels.attention.kv import KVPlan
-from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2, _x_shift
+from fp8lab.kernels.attention.kernel import _f16_shift, combine
+from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
+from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2
 
 __all__ = ["MosaicConfig", "mosaic_config", "mosaic_serves", "mosaic_partials", "smem_bytes",
            "attention_mosaic", "MOSAIC_ELEMENTS"]
@@ -52,7 +52,6 @@ __all__ = ["MosaicConfig", "mosaic_config", "mosaic_serves", "mosaic_partials", 
 MOSAIC_ELEMENTS = ("e4m3", "e5m2")
 # The most query columns of a program (wgmma's N: Tq * group padded to a multiple of 8).
 MAX_COLUMNS = 64
-_NO_LIMIT = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +84,7 @@ def columns(tq: int, group: int) -> int:
 
 
 def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads: int,
-                  paged: bool, capacity: int = 8) -> str | None:
+                  paged: bool, capacity: int) -> str | None:
   """None where the kernel takes the call, else why not (a sentence)."""
   for name, p in (("K", kplan), ("V", vplan)):
     if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
@@ -106,7 +105,7 @@ def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads
 
 
 def mosaic_config(batch: int, kv_heads: int, capacity: int, dim: int,
-                  interpret: bool = False, kv_block: bool = True) -> MosaicConfig:
+                  interpret: bool = False) -> MosaicConfig:
   """The default launch, from the H100 probe of 2026-12-07 (docs/attention_kernel.md
   section 6): block_s 64, 2 stages (small programs, two resident per SM at D <= 128), K to wgmma from
   registers, p in two float16 parts, and n_splits the power of two that brings the programs
@@ -137,11 +136,15 @@ def smem_bytes(cfg: MosaicConfig, dim: int, kv_heads: int, kv_block: bool,
   return cfg.stages * stage + fixed + 2 * n * 4
 
 
+def _fp8_dtype(elem):
+  """XLA's float8 dtype of an e4m3 / e5m2 element format."""
+  return jnp.float8_e4m3fn if elem.name == "e4m3" else jnp.float8_e5m2
+
+
 def _fp8_view(words: jax.Array, elem) -> jax.Array:
   """Packed uint32 words (..., D / 4) as XLA's float8 array (..., D): code j of a word is
   its byte j (little-endian: the packing's order), so this is a bitcast of the same bytes."""
-  dt = jnp.float8_e4m3fn if elem.name == "e4m3" else jnp.float8_e5m2
-  x = lax.bitcast_convert_type(words, dt)
+  x = lax.bitcast_convert_type(words, _fp8_dtype(elem))
   return x.reshape(words.shape[:-1] + (words.shape[-1] * 4,))
 
 
@@ -156,7 +159,7 @@ def _q_columns(q, group: int, n: int):
   x = x.reshape(bsz, hkv, tq * group, dim)
   x = jnp.pad(x, ((0, 0), (0, 0), (0, n - tq * group), (0, 0)))
   x32 = x.astype(jnp.float32)
-  sh = jnp.clip(_x_shift(jnp.max(jnp.abs(x32), axis=-1)), -113, 126)      # (B, Hkv, n)
+  sh = _f16_shift(jnp.max(jnp.abs(x32), axis=-1))                         # (B, Hkv, n)
   xs = _scale_pow2(x32, sh[..., None])
   parts = [xs.astype(jnp.float16)] if q.dtype == jnp.bfloat16 else _f16_parts(xs)
   return jnp.stack(parts, axis=2), _exp2_exact(-sh)
@@ -166,7 +169,7 @@ def _q_positions(qpos, group: int, n: int):
   """(B, Tq) query positions as the kernel's (B, n) columns (padding: no limit)."""
   bsz, tq = qpos.shape
   c = jnp.repeat(qpos.astype(jnp.int32), group, axis=1)
-  return jnp.pad(c, ((0, 0), (0, n - tq * group)), constant_values=_NO_LIMIT)
+  return jnp.pad(c, ((0, 0), (0, n - tq * group)), constant_values=NO_LIMIT)
 
 
 def _tiles(dtype, cols: int):
@@ -263,8 +266,8 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
     if v_block:                        # p * vs / 2^e, e: the running bound's exponent
       bits = lax.bitcast_convert_type(vs_max, jnp.int32)
       e_new = jnp.clip(jnp.maximum(e, lax.shift_right_logical(bits, 23) - 126), -126, 127)
-      t = p * vs * lax.broadcast_in_dim(_pow2(-e_new), s.shape, [1])
-      alpha = alpha * _pow2(jnp.maximum(e - e_new, -126))
+      t = p * vs * lax.broadcast_in_dim(_exp2_exact(-e_new), s.shape, [1])
+      alpha = alpha * _exp2_exact(e - e_new)
     else:
       t, e_new = p, e
     vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_s, dim), 0, layout=wg)
@@ -292,7 +295,7 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
   o, m, lsum, e = lax.fori_loop(0, n_iter, step, (o0, m0, l0, e0))
   l = lsum.sum(axis=0)
   if v_block:
-    o = o * lax.broadcast_in_dim(_pow2(e), o.shape, [1])
+    o = o * lax.broadcast_in_dim(_exp2_exact(e), o.shape, [1])
   else:                                # V's tensor scale
     o = o * vf_ref[0]
   o_smem[...] = o
@@ -305,11 +308,6 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
   plgpu.wait_smem_to_gmem(0)
 
 
-def _pow2(e):
-  """2^e as float32 for int32 e in [-126, 127] (the exponent field: exact)."""
-  return lax.bitcast_convert_type(lax.shift_left(e + 127, 23), jnp.float32)
-
-
 def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group: int,
                     capacity: int, sm_scale: float, config: MosaicConfig,
                     interpret: bool = False):
@@ -318,6 +316,9 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
   h * group + g of KV head h). q (B, Tq, Hq, D) float; qpos (B, Tq) int32; kv_len (B,)
   int32; k, v QuantizedArrays (B, S, Hkv, D) that mosaic_serves takes. Arguments are
   assumed checked."""
+  if interpret and config.k_regs:
+    raise ValueError("MosaicConfig.k_regs runs compiled only (the Mosaic GPU interpreter takes "
+                     "wgmma operands from shared memory)")
   bsz, tq, hq, dim = q.shape
   hkv = hq // group
   n = columns(tq, group)
@@ -333,12 +334,11 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
 
   def scales(x, blocked):
     return x.scales.reshape(bsz, -1, hkv) if blocked else jnp.zeros((1, 8, 8), jnp.float32)
-  fp8 = lambda p: jnp.float8_e4m3fn if p.elem.name == "e4m3" else jnp.float8_e5m2
   stages = config.stages
   scratch = [
       plgpu.SMEM((q16.shape[2], n, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
-      plgpu.SMEM((stages, bs, dim), fp8(kplan), transforms=_tiles(jnp.uint8, dim)),
-      plgpu.SMEM((stages, bs, dim), fp8(vplan), transforms=_tiles(jnp.uint8, dim)),
+      plgpu.SMEM((stages, bs, dim), _fp8_dtype(kplan.elem), transforms=_tiles(jnp.uint8, dim)),
+      plgpu.SMEM((stages, bs, dim), _fp8_dtype(vplan.elem), transforms=_tiles(jnp.uint8, dim)),
       plgpu.SMEM((stages, bs, hkv) if k_block else (1, 8, 8), jnp.float32),
       plgpu.SMEM((stages, bs, hkv) if v_block else (1, 8, 8), jnp.float32),
       plgpu.SMEM((8, dim) if config.k_regs else (bs, dim), jnp.float16,
@@ -355,9 +355,6 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
       _kernel, n=n, q_parts=q16.shape[2], dim=dim, kv_heads=hkv, capacity=capacity,
       split_len=split_len, block_s=bs, stages=stages, p_parts=config.p_parts,
       k_block=k_block, v_block=v_block, k_regs=config.k_regs)
-  if interpret and config.k_regs:
-    raise ValueError("MosaicConfig.k_regs runs compiled only (the Mosaic GPU interpreter takes "
-                     "wgmma operands from shared memory)")
   if interpret:
     from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
     interp = InterpretGPUParams()
@@ -384,7 +381,6 @@ def attention_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, gro
                      interpret: bool = False):
   """(o (B, Tq, Hq, D) in out_dtype (default q's), lse (B, Tq, Hq) float32): the kernel's
   partials, then the log-sum-exp combine (kernel.combine over the transposed partials)."""
-  from fp8lab.kernels.attention.kernel import combine  # pylint: disable=g-import-not-at-top
   out_dtype = q.dtype if out_dtype is None else out_dtype
   o, m, l = mosaic_partials(q, qpos, kv_len, k, v, kplan=kplan, vplan=vplan, group=group,
                             capacity=capacity, sm_scale=sm_scale, config=config,
