@@ -26,6 +26,7 @@ How an op is timed (the method every number in benchmarks/results/ comes from):
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 import time
@@ -37,7 +38,7 @@ import numpy as np
 
 __all__ = ["Timing", "choose_copies", "compile_unrolled", "time_compiled",
            "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "device_kernel_times",
-           "gpu_busy", "time_pipelined", "measure", "nbytes", "METHOD"]
+           "gpu_busy", "fusion_summaries", "time_pipelined", "measure", "nbytes", "METHOD"]
 
 METHOD = (
     "per-op time = median over reps of the host time of one compiled call that applies the op "
@@ -155,6 +156,34 @@ def count_hlo_ops(hlo_text: str) -> dict[str, int]:
       # An interpret-mode Pallas kernel is a while loop over its grid (one per copy).
       "while": len(re.findall(r"\bwhile\(", hlo_text)),
   }
+
+
+_FUSION_SKIP = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple"}
+
+
+def fusion_summaries(hlo: str) -> dict[str, str]:
+  """fusion instruction name -> 'kind: opcode counts' of its fused computation."""
+  comps: dict[str, list[str]] = {}
+  cur = None
+  for line in hlo.splitlines():
+    m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+    if m and not line.startswith(" "):
+      cur = m.group(1)
+      comps[cur] = []
+      continue
+    if cur is not None and line.startswith(" "):
+      op = re.search(r"= [^ ]+ ([\w\-]+)\(", line)
+      if op:
+        comps[cur].append(op.group(1))
+  out = {}
+  for line in hlo.splitlines():
+    m = re.search(r"%?([\w.\-]+) = (\S+) fusion\(.*kind=(\w+).*calls=%?([\w.\-]+)", line)
+    if m:
+      ops = collections.Counter(o for o in comps.get(m.group(4), []) if o not in _FUSION_SKIP)
+      out[m.group(1)] = (f"{m.group(3)} {m.group(2)[:40]}: "
+                         + ",".join(f"{k}{'x%d' % v if v > 1 else ''}"
+                                    for k, v in ops.most_common(8)))
+  return out
 
 
 def _gpu_kernel_events(compiled, args: Any, *, runs: int,

@@ -13,7 +13,6 @@ GEMVs and the attention kernel, and what fusing them could save.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import re
 import sys
@@ -23,34 +22,7 @@ import jax.numpy as jnp
 
 from benchmarks import bench_decode as BD
 from benchmarks import timing
-
-_SKIP = {"parameter", "constant", "bitcast", "get-tuple-element", "tuple"}
-
-
-def fusion_summaries(hlo: str) -> dict[str, str]:
-  """fusion instruction name -> 'kind: opcode counts' of its fused computation."""
-  comps: dict[str, list[str]] = {}
-  cur = None
-  for line in hlo.splitlines():
-    m = re.match(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
-    if m and not line.startswith(" "):
-      cur = m.group(1)
-      comps[cur] = []
-      continue
-    if cur is not None and line.startswith(" "):
-      op = re.search(r"= [^ ]+ ([\w\-]+)\(", line)
-      if op:
-        comps[cur].append(op.group(1))
-  out = {}
-  for line in hlo.splitlines():
-    m = re.search(r"%?([\w.\-]+) = (\S+) fusion\(.*kind=(\w+).*calls=%?([\w.\-]+)", line)
-    if m:
-      ops = collections.Counter(o for o in comps.get(m.group(4), []) if o not in _SKIP)
-      out[m.group(1)] = (f"{m.group(3)} {m.group(2)[:40]}: "
-                         + ",".join(f"{k}{'x%d' % v if v > 1 else ''}"
-                                    for k, v in ops.most_common(8)))
-  return out
-
+from benchmarks.timing import fusion_summaries
 
 def main(argv: list[str]) -> None:
   layers, smoke = 3, False
