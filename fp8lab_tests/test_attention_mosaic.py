@@ -136,9 +136,9 @@ def test_errors():
   with pytest.raises(ValueError, match="cover the whole head"):
     x = fp8lab.quantize(jnp.zeros((bsz, cap, hkv, 128)), "e4m3_block", block_shape=(64,))
     _attend(q, x, x)
-  with pytest.raises(ValueError, match="decode kernel"):
+  with pytest.raises(ValueError, match="prefill kernel computes in bfloat16"):
     qp = jnp.zeros((bsz, 20, hkv * 4, 128), jnp.float32)
-    _attend(qp, e4, e4)
+    _attend(qp, e4, e4, compute="f32")
   with pytest.raises(ValueError, match="multiple of 8 positions"):
     x = _meta("e4m3", (bsz, cap - 3, hkv, 128))
     _attend(q, x, x)

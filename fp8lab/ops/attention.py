@@ -1,11 +1,12 @@
 """attention: decode and prefill attention over a packed (FP8 / FP4) KV cache, and
 kv_cache_update.
 
-Four implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "reference" (plain
+Five implementations, dispatched by the scaffolding of fp8lab/ops/_op.py: "reference" (plain
 jnp in float32 over K / V dequantized by the golden model); "pallas": by shape and
 `compute`, the split-K flash-decoding kernel (fp8lab/kernels/attention/kernel.py) for few
 query rows per KV head (Tq * group <= DECODE_ROWS) or the flash-attention prefill kernel
-(prefill.py) for more; "xla" and "cudnn": K / V decoded to bfloat16 by XLA from the packed
+(prefill.py) for more; "mosaic": the same two as Mosaic GPU kernels (mosaic.py,
+mosaic_prefill.py) for FP8 caches on Hopper; "xla" and "cudnn": K / V decoded to bfloat16 by XLA from the packed
 words (one memory-bound pre-pass), then attention over bfloat16 operands in plain jnp or by
 cuDNN's fused flash attention. `implementation=None` on a GPU takes the decode kernel for
 decode-sized queries over the KV kinds in `_KERNEL_DEFAULT`, "cudnn" for prefill (compute
@@ -43,8 +44,10 @@ HEAD_DIMS = (64, 128, 256)
 # "xla" and "cudnn": K / V decoded to bfloat16 by XLA from the packed words (a memory-bound
 # pre-pass, _sdpa), then jax.nn.dot_product_attention's XLA or cuDNN flash attention.
 _SDPA_IMPLEMENTATIONS = ("xla", "cudnn")
-# "mosaic": the Mosaic GPU decode kernel (fp8lab/kernels/attention/mosaic.py; Hopper and
-# later, or interpret=True), for the decode calls its mosaic_serves takes.
+# "mosaic": the Mosaic GPU kernels (Hopper and later, or interpret=True): the decode kernel
+# (fp8lab/kernels/attention/mosaic.py) for the decode calls its mosaic_serves takes, the
+# prefill kernel (mosaic_prefill.py) for the others with compute None or "bf16" that
+# prefill_mosaic_serves takes.
 _MOSAIC = "mosaic"
 _IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, _MOSAIC, *_SDPA_IMPLEMENTATIONS,
                     "reference")
@@ -131,6 +134,12 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       from Hopper on); causal with q_positions becomes a (B, 1, Tq, S) mask there, which
       cuDNN reads as a bias for every head (slower than causal=True without q_positions).
       A NaN at a causally masked position within the length may not reach their output.
+      "mosaic" (Hopper, or interpret=True: the Mosaic GPU interpreter): contiguous e4m3 /
+      e5m2 caches per tensor or per token and head (block D); decode-sized calls with
+      compute None or "f32" take the Mosaic decode kernel (float16 dots on the exact codes,
+      q and p as float16 hi + lo parts), the others with compute None or "bf16" the Mosaic
+      prefill kernel (q rounded to bfloat16, float16 dots on the exact codes, P rounded to
+      float16, float32 softmax and accumulation); docs/attention_kernel.md sections 6, 7.
     interpret: run the Pallas kernel in interpret mode (CPU).
 
   Returns:
@@ -213,12 +222,15 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
   decode = compute in (None, "f32") and tq * (hq // hkv) <= DECODE_ROWS
   impl = _resolve(implementation, interpret, k, v, dim, decode, compute)
   if impl == _MOSAIC:
-    why = None if decode else (f"it is a decode kernel (compute None or 'f32' and Tq * group "
-                               f"<= {DECODE_ROWS}; got compute={compute!r}, Tq * group = "
-                               f"{tq * (hq // hkv)})")
-    why = why or attn_kernel.mosaic_serves(
-        attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim), tq=tq, group=hq // hkv,
-        kv_heads=hkv, paged=paged, capacity=capacity)
+    kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
+    if decode:
+      why = attn_kernel.mosaic_serves(kplan, vplan, tq=tq, group=hq // hkv, kv_heads=hkv,
+                                      paged=paged, capacity=capacity)
+    elif compute not in (None, "bf16"):
+      why = (f"its prefill kernel computes in bfloat16 semantics (compute None or 'bf16'), "
+             f"got compute={compute!r}")
+    else:
+      why = attn_kernel.prefill_mosaic_serves(kplan, vplan, paged=paged, capacity=capacity)
     if why:
       raise ValueError(f"attention: implementation='mosaic' does not take this call: {why}")
   if impl in _SDPA_IMPLEMENTATIONS and compute not in (None, "bf16"):
@@ -232,7 +244,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
                      f"{layout!r}")
   mode = (f"sdpa:{masking}:{'full' if full else 'lengths'}" if impl in _SDPA_IMPLEMENTATIONS
-          else "mosaic" if impl == _MOSAIC
+          else ("mosaic" if decode else "mosaic:prefill") if impl == _MOSAIC
           else _kernel_mode(tq * (hq // hkv), compute, dots, layout))
   o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
@@ -577,6 +589,20 @@ def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positi
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 
+def _mosaic_prefill_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions):
+  """The Mosaic GPU prefill kernel on (B, Tq, Hq, D), with q rotated for a Hadamard-rotated
+  K and o rotated back for a rotated V, as _mosaic_call does."""
+  hq, dim = q.shape[2], q.shape[3]
+  qk = _rotate_q(k, q.astype(jnp.float32)) if k.hadamard is not None else q
+  rotated_v = v.hadamard is not None
+  o, lse = attn_kernel.prefill_mosaic(
+      qk, q_positions, kv_lengths, k, v, kplan=attn_kernel.kv_plan(k, dim),
+      vplan=attn_kernel.kv_plan(v, dim), group=hq // k.shape[2], capacity=k.shape[1],
+      sm_scale=sm_scale, config=attn_kernel.prefill_mosaic_config(dim, interpret),
+      out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
+  return _unrotate_o(v, o).astype(q.dtype), lse
+
+
 def _env_numbers(env: str, usage: str, n_ints: int, n_max: int):
   """The colon-separated fields of environment variable `env` (None if unset): the first
   n_ints as ints, up to n_max in all, the rest floats; ValueError naming `usage` for a
@@ -629,9 +655,11 @@ def _batched(implementation: str, interpret: bool, sm_scale: float, page_size: i
       return _sdpa(implementation, sm_scale, masking, rows == "full", q, k, v, kv_lengths,
                    q_positions, table)
   elif implementation == _MOSAIC:
+    mosaic = _mosaic_call if mode == "mosaic" else _mosaic_prefill_call
+
     def call(q, k, v, kv_lengths, q_positions, table):
       del table                        # contiguous caches only (mosaic_serves)
-      return _mosaic_call(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
+      return mosaic(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
   else:
     call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
 

@@ -46,7 +46,7 @@ from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
 from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2
 
 __all__ = ["MosaicConfig", "mosaic_config", "mosaic_serves", "mosaic_partials", "smem_bytes",
-           "attention_mosaic", "MOSAIC_ELEMENTS"]
+           "attention_mosaic", "MOSAIC_ELEMENTS", "to_f16"]
 
 # The element formats the kernel decodes (the fp8 -> float16 converts take both).
 MOSAIC_ELEMENTS = ("e4m3", "e5m2")
@@ -180,6 +180,17 @@ def _tiles(dtype, cols: int):
           plgpu.SwizzleTransform(swizzle))
 
 
+def to_f16(src, dst, keep_rows=None):
+  """The fp8 codes of shared-memory tile `src` as float16 (exact) into tile `dst`, rows
+  where keep_rows (a WGMMA-layout bool array of dst's shape) is False zeroed whatever they
+  hold (a NaN stored past a row's length)."""
+  x = plgpu.layout_cast(plgpu.load(src, layout=plgpu.Layout.WGMMA_UPCAST_2X)
+                        .astype(jnp.float16), plgpu.Layout.WGMMA)
+  if keep_rows is not None:
+    x = jnp.where(keep_rows, x, jnp.zeros_like(x))
+  dst[...] = x
+
+
 def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref, m_ref,
             l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, k16_smem, v16_smem, p_smem,
             o_smem, ml_smem, q_bar, kv_bar, *, n: int, q_parts: int, dim: int,
@@ -215,13 +226,6 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
     t = plgpu.load(s_smem.at[slot], layout=wg)
     c = plgpu.broadcasted_iota(jnp.int32, (block_s, kv_heads), 1, layout=wg)
     return jnp.where(c == h, t, 0.0).sum(axis=1)
-
-  def to_f16(src, dst, keep_rows=None):
-    x = plgpu.layout_cast(plgpu.load(src, layout=plgpu.Layout.WGMMA_UPCAST_2X)
-                          .astype(jnp.float16), wg)
-    if keep_rows is not None:          # rows past the length: zeros, whatever they hold
-      x = jnp.where(keep_rows, x, jnp.zeros_like(x))
-    dst[...] = x
 
   def step(i, carry):
     o, m, lsum, e = carry

@@ -1,0 +1,306 @@
+"""Flash attention (prefill, Tq * group > 64 rows per KV head) over an FP8 KV cache as a
+Mosaic GPU kernel (Hopper: TMA and wgmma): fp8lab.attention's implementation="mosaic" for
+prefill-shaped calls, compute="bf16" semantics.
+
+Grid (n_q_blocks, B, Hkv), one warpgroup per program. The query rows of KV head h are token
+t times the GQA group, row r = t * group + g (query head h * group + g), as in the Triton
+kernels, so one K / V block serves the whole group; program (i, b, h) takes rows
+[j * block_q, (j + 1) * block_q) with j = n_q_blocks - 1 - i (the causally longest blocks
+start first), block_q = 64 (wgmma's M), and walks the cache positions [0, end) in blocks of
+block_k, end = min(length, the block's largest query position + 1):
+
+  1. TMA copies K's and V's e4m3 / e5m2 codes of the block, (block_k, D) bytes each (the
+     packed words viewed as XLA's float8 arrays: the same bytes), into a ring of `stages`
+     shared-memory slots, issued `stages` blocks ahead, with their per-token scales
+     ((block_k,) float32 slices of (B, Hkv, S) copies made outside the kernel);
+  2. K's codes to float16 (exact) in a float16 tile; s = q16 @ K16^T (block_q, block_k) by
+     wgmma, float32 accumulation; q16: q rounded to bfloat16 (compute="bf16"), each row
+     scaled by a power of two into [2^14, 2^15) (exact in float16) outside the kernel; the
+     row factors (2^-s, sm_scale, K's tensor scale) and K's per-position scales applied to
+     the float32 scores;
+  3. positions at or past the length, or past the row's query position, masked to -inf;
+     the online softmax per row in float32 (a row with no key yet keeps m = -inf, no NaN);
+  4. V's codes to float16 likewise, rows past the length zeroed (a NaN stored there cannot
+     reach o through 0 * NaN); p times V's per-position scales over 2^E (E fixed per (b, h)
+     outside the kernel: the exponent bound of the row's scales, so the product is <= 1)
+     rounded to float16; o += p16 @ V16 by wgmma; l sums the float32 p.
+
+At the end o / l (0 for a row that saw no key) times 2^E or V's tensor scale, float32, and
+(m, l); the wrapper reorders the rows into (B, Tq, Hq, D) and forms lse = m + log l.
+docs/attention_kernel.md section 7 has the design, its semantics and what is measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
+from fp8lab.kernels.attention.mosaic import (MOSAIC_ELEMENTS, _fp8_dtype, _fp8_view,
+                                             _q_columns, _tiles, to_f16)
+from fp8lab.kernels.gemv.operands import _exp2_exact
+
+__all__ = ["PrefillMosaicConfig", "prefill_mosaic_config", "prefill_mosaic_serves",
+           "prefill_mosaic", "BLOCK_Q"]
+
+# Query rows per program (wgmma's M: one warpgroup).
+BLOCK_Q = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class PrefillMosaicConfig:
+  """Launch parameters: block_k positions per step (64 or 128: wgmma's N of the scores),
+  `stages` TMA slots in flight; p_regs: p goes to the P V wgmma from registers (compiled
+  only: the Mosaic interpreter takes wgmma operands from shared memory) instead of through
+  a float16 tile."""
+  block_k: int = 64
+  stages: int = 2
+  p_regs: bool = False
+
+  def __post_init__(self):
+    if self.block_k not in (64, 128):
+      raise ValueError(f"PrefillMosaicConfig.block_k must be 64 or 128, got {self.block_k!r}")
+    if not (isinstance(self.stages, int) and 1 <= self.stages <= 8):
+      raise ValueError(f"PrefillMosaicConfig.stages must be an int in [1, 8], got "
+                       f"{self.stages!r}")
+
+
+def prefill_mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, paged: bool,
+                          capacity: int) -> str | None:
+  """None where the kernel takes the call, else why not (a sentence)."""
+  for name, p in (("K", kplan), ("V", vplan)):
+    if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
+      return (f"{name} must be e4m3 / e5m2 per tensor or with per-token-head scales (got "
+              f"kind {p.kind!r}{'' if p.elem is None else ', element ' + p.elem.name})")
+    if p.kind == "block" and p.block_len != p.dim:
+      return f"{name}'s block scales must cover the whole head (block {p.block_len} != D {p.dim})"
+  if paged:
+    return "paged caches are not supported yet"
+  if capacity % 8:                     # the TMA copies' tiled rows (Mosaic's lowering)
+    return f"the cache capacity must be a multiple of 8 positions, got {capacity}"
+  return None
+
+
+def prefill_mosaic_config(dim: int, interpret: bool = False) -> PrefillMosaicConfig:
+  """The default launch (not tuned: no GPU has run this kernel yet): block_k 64, 2 stages
+  (smem_bytes 82 KB at D = 128: two programs per SM), p from registers compiled
+  (JAX's Mosaic GPU flash attention's operand), through shared memory in interpret mode."""
+  del dim
+  return PrefillMosaicConfig(block_k=64, stages=2, p_regs=not interpret)
+
+
+def smem_bytes(cfg: PrefillMosaicConfig, dim: int) -> int:
+  """The kernel's scratch bytes: per stage K's and V's codes and scales, q's tile, and the
+  larger of the loop's tiles (float16 K, V and p) and the output's (o, m, l), which share
+  their memory."""
+  bk = cfg.block_k
+  stage = 2 * bk * dim + 2 * bk * 4
+  loop = 2 * bk * dim * 2 + (8 if cfg.p_regs else BLOCK_Q) * bk * 2
+  out = BLOCK_Q * dim * 4 + 2 * BLOCK_Q * 4
+  return cfg.stages * stage + BLOCK_Q * dim * 2 + max(loop, out)
+
+
+def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref,
+            m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, q_bar, kv_bar, *,
+            dim: int, kv_heads: int, n_q_blocks: int, block_k: int, stages: int,
+            k_block: bool, v_block: bool, p_regs: bool):
+  wg = plgpu.Layout.WGMMA
+  col_l, row_l = wg.reduce(0), wg.reduce(1)
+  i, b, h = lax.axis_index("q"), lax.axis_index("b"), lax.axis_index("h")
+  j = n_q_blocks - 1 - i
+  end = end_ref[b * n_q_blocks + j]
+  n_iter = (jnp.maximum(end, 0) + (block_k - 1)) // block_k
+
+  def issue(step, slot):               # the TMA copies of block `step` into `slot`
+    rows = pl.ds(step * block_k, block_k)
+    plgpu.copy_gmem_to_smem(k_ref.at[b, rows, h], k_smem.at[slot], kv_bar.at[slot])
+    plgpu.copy_gmem_to_smem(v_ref.at[b, rows, h], v_smem.at[slot], kv_bar.at[slot])
+    if k_block:
+      plgpu.copy_gmem_to_smem(ks_ref.at[b, h, rows], ks_smem.at[slot], kv_bar.at[slot])
+    if v_block:
+      plgpu.copy_gmem_to_smem(vs_ref.at[b, h, rows], vs_smem.at[slot], kv_bar.at[slot])
+
+  plgpu.copy_gmem_to_smem(q_ref.at[b, h, j], q_smem, q_bar.at[0])
+  for s in range(stages):
+    pl.when(s < n_iter)(functools.partial(issue, s, s))
+  cf = plgpu.load(cf_ref.at[b, h, j], layout=row_l, optimized=False)     # (block_q,) factor
+  qpos = plgpu.load(qp_ref.at[b, j], layout=row_l, optimized=False)      # (block_q,) int32
+  plgpu.barrier_wait(q_bar.at[0])
+  shape = (BLOCK_Q, block_k)
+
+  def step(it, carry, *, k16_smem, v16_smem, p_smem):
+    o, m, lsum = carry
+    slot = lax.rem(it, stages)
+    p0 = it * block_k
+    plgpu.barrier_wait(kv_bar.at[slot])
+    to_f16(k_smem.at[slot], k16_smem)
+    plgpu.commit_smem()
+
+    def qk(acc):
+      plgpu.wgmma(acc, q_smem, k16_smem.T)
+      plgpu.wgmma_wait(0)
+      return acc[...]
+    s = pl.run_scoped(qk, plgpu.ACC(shape, jnp.float32))
+    s = s * lax.broadcast_in_dim(cf, shape, [0])
+    if k_block:
+      ks = plgpu.load(ks_smem.at[slot], layout=col_l, optimized=False)
+      s = s * lax.broadcast_in_dim(ks, shape, [1])
+    pos = p0 + plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=wg)
+    keep = (pos < end) & (pos <= lax.broadcast_in_dim(qpos, shape, [0]))
+    s = jnp.where(keep, s, -jnp.inf)
+    m_new = jnp.maximum(m, s.max(axis=1))
+    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+    alpha = jnp.exp(m - m_safe)
+    p = jnp.exp(s - lax.broadcast_in_dim(m_safe, shape, [0]))
+    lsum = alpha * lsum + p.sum(axis=1)
+    if v_block:                        # 0 past the length: a NaN scale there meets p = 0
+      in_len = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k,), 0, layout=col_l) < end
+      vs = jnp.where(in_len, plgpu.load(vs_smem.at[slot], layout=col_l, optimized=False), 0.0)
+      t = p * lax.broadcast_in_dim(vs, shape, [1])
+    else:
+      t = p
+    vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k, dim), 0, layout=wg)
+    to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
+    p16 = t.astype(jnp.float16)
+    if not p_regs:
+      p_smem[...] = p16
+    plgpu.commit_smem()
+
+    def pv(acc):
+      plgpu.wgmma(acc, p16 if p_regs else p_smem, v16_smem)
+      plgpu.wgmma_wait(0)
+      return acc[...]
+    o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + pl.run_scoped(
+        pv, plgpu.ACC((BLOCK_Q, dim), jnp.float32))
+    pl.when(it + stages < n_iter)(lambda: issue(it + stages, slot))
+    return o, m_new, lsum
+
+  def loop(k16_smem, v16_smem, p_smem):
+    body = functools.partial(step, k16_smem=k16_smem, v16_smem=v16_smem, p_smem=p_smem)
+    o0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q, dim), jnp.float32), wg)
+    m0 = plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf, jnp.float32), row_l)
+    l0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q,), jnp.float32), row_l)
+    return lax.fori_loop(0, n_iter, body, (o0, m0, l0))
+
+  # the loop's float16 tiles, then the output tiles, in the same shared memory
+  o, m, l = pl.run_scoped(
+      loop, plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+      plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+      plgpu.SMEM((8, block_k) if p_regs else (BLOCK_Q, block_k), jnp.float16,
+                 transforms=_tiles(jnp.float16, block_k)))
+  inv = jnp.where(l > 0, of_ref[b * kv_heads + h] / jnp.where(l > 0, l, 1.0), 0.0)
+
+  def store(o_smem, ml_smem):
+    o_smem[...] = o * lax.broadcast_in_dim(inv, o.shape, [0])
+    ml_smem[0] = m
+    ml_smem[1] = l
+    plgpu.commit_smem()
+    plgpu.copy_smem_to_gmem(o_smem, o_ref.at[b, h, j])
+    plgpu.copy_smem_to_gmem(ml_smem.at[0], m_ref.at[b, h, j])
+    plgpu.copy_smem_to_gmem(ml_smem.at[1], l_ref.at[b, h, j])
+    plgpu.wait_smem_to_gmem(0)
+  pl.run_scoped(store, plgpu.SMEM((BLOCK_Q, dim), jnp.float32),
+                plgpu.SMEM((2, BLOCK_Q), jnp.float32))
+
+
+def _position_scales(x, kv_len, capacity: int, block_k: int):
+  """A QuantizedArray's per-token-head scales (B, S, Hkv, 1) as (B, Hkv, S') float32, S'
+  the capacity rounded up to block_k (zeros there: every TMA slice in bounds)."""
+  bsz, _, hkv, _ = x.shape
+  s = x.scales.reshape(bsz, capacity, hkv).astype(jnp.float32).transpose(0, 2, 1)
+  return jnp.pad(s, ((0, 0), (0, 0), (0, -(-capacity // block_k) * block_k - capacity)))
+
+
+def _v_bound(vs, kv_len):
+  """2^-E per (b, h): E the exponent bound of V's per-token scales below the row's length
+  (their max < 2^E), so p * vs / 2^E <= 1; (B, Hkv) float32, and 2^E."""
+  pos = jnp.arange(vs.shape[-1], dtype=jnp.int32)
+  mx = jnp.max(jnp.where(pos[None, None] < kv_len[:, None, None], vs, 0.0), axis=-1)
+  bits = lax.bitcast_convert_type(mx, jnp.int32)
+  e = jnp.clip(lax.shift_right_logical(bits, 23) - 126, -126, 127)
+  return _exp2_exact(-e), _exp2_exact(e)
+
+
+@functools.partial(jax.jit, static_argnames=("kplan", "vplan", "group", "capacity",
+                                             "sm_scale", "config", "out_dtype", "interpret"))
+def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group: int,
+                   capacity: int, sm_scale: float, config: PrefillMosaicConfig,
+                   out_dtype=None, interpret: bool = False):
+  """(o (B, Tq, Hq, D) in out_dtype (default q's), lse (B, Tq, Hq) float32). q (B, Tq, Hq, D)
+  float; qpos (B, Tq) int32 (NO_LIMIT: no causal bound); kv_len (B,) int32; k, v
+  QuantizedArrays (B, S, Hkv, D) that prefill_mosaic_serves takes. Arguments are assumed
+  checked."""
+  if interpret and config.p_regs:
+    raise ValueError("PrefillMosaicConfig.p_regs runs compiled only (the Mosaic GPU interpreter "
+                     "takes wgmma operands from shared memory)")
+  out_dtype = q.dtype if out_dtype is None else out_dtype
+  bsz, tq, hq, dim = q.shape
+  hkv = hq // group
+  rows = tq * group
+  nqb = -(-rows // BLOCK_Q)
+  bk = config.block_k
+  kv_len = jnp.clip(kv_len.astype(jnp.int32), 0, capacity)
+  # q rounded to bfloat16 (compute="bf16"), one exact float16 part per row
+  q16, unscale = _q_columns(q.astype(jnp.bfloat16), group, nqb * BLOCK_Q)
+  q16 = q16[:, :, 0].reshape(bsz, hkv, nqb, BLOCK_Q, dim)
+  factor = unscale * jnp.float32(sm_scale)
+  if kplan.kind == "tensor":
+    factor = factor * jnp.asarray(k.tensor_scale, jnp.float32)
+  factor = factor.reshape(bsz, hkv, nqb, BLOCK_Q)
+  # each row's query position (padding rows -1: they see nothing), each block's loop end
+  qp = jnp.repeat(qpos.astype(jnp.int32), group, axis=1)
+  qp = jnp.pad(qp, ((0, 0), (0, nqb * BLOCK_Q - rows)), constant_values=-1)
+  qp = qp.reshape(bsz, nqb, BLOCK_Q)
+  bound = jnp.where(qp == NO_LIMIT, capacity, jnp.minimum(qp, capacity - 1) + 1).max(axis=-1)
+  end = jnp.minimum(kv_len[:, None], bound).reshape(-1)
+  k_block, v_block = kplan.kind == "block", vplan.kind == "block"
+  dummy = jnp.zeros((1, 1, 8 * bk), jnp.float32)
+  ks = _position_scales(k, kv_len, capacity, bk) if k_block else dummy
+  if v_block:
+    vs = _position_scales(v, kv_len, capacity, bk)
+    down, up = _v_bound(vs, kv_len)
+    vs = vs * down[..., None]
+    out_factor = up.reshape(-1)
+  else:
+    vs = dummy
+    out_factor = jnp.broadcast_to(jnp.asarray(v.tensor_scale, jnp.float32), (bsz * hkv,))
+  kd, vd = _fp8_view(k.data, kplan.elem), _fp8_view(v.data, vplan.elem)
+  stages = config.stages
+  scratch = [
+      plgpu.SMEM((BLOCK_Q, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+      plgpu.SMEM((stages, bk, dim), _fp8_dtype(kplan.elem), transforms=_tiles(jnp.uint8, dim)),
+      plgpu.SMEM((stages, bk, dim), _fp8_dtype(vplan.elem), transforms=_tiles(jnp.uint8, dim)),
+      plgpu.SMEM((stages, bk) if k_block else (1, 8), jnp.float32),
+      plgpu.SMEM((stages, bk) if v_block else (1, 8), jnp.float32),
+      plgpu.Barrier(num_barriers=1),
+      plgpu.Barrier(num_arrivals=2 + k_block + v_block, num_barriers=stages),
+  ]
+  kernel = functools.partial(
+      _kernel, dim=dim, kv_heads=hkv, n_q_blocks=nqb, block_k=bk, stages=stages,
+      k_block=k_block, v_block=v_block, p_regs=config.p_regs)
+  if interpret:
+    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
+    interp = InterpretGPUParams()
+  else:
+    interp = None
+  grid = (nqb, bsz, hkv)
+  out = (bsz, hkv, nqb, BLOCK_Q)
+  o, m, l = plgpu.kernel(
+      kernel,
+      out_type=(jax.ShapeDtypeStruct(out + (dim,), jnp.float32),
+                jax.ShapeDtypeStruct(out, jnp.float32), jax.ShapeDtypeStruct(out, jnp.float32)),
+      scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"), interpret=interp,
+      kernel_name=f"fp8lab_prefill_mosaic_{kplan.kind}_{vplan.kind}",
+  )(q16, factor, out_factor, qp, end, kd, ks, vd, vs)
+  # rows r = t * group + g of KV head h -> (B, Tq, Hq = h * group + g)
+  o = o.reshape(bsz, hkv, nqb * BLOCK_Q, dim)[:, :, :rows]
+  o = o.reshape(bsz, hkv, tq, group, dim).transpose(0, 2, 1, 3, 4).reshape(bsz, tq, hq, dim)
+  m, l = (x.reshape(bsz, hkv, nqb * BLOCK_Q)[:, :, :rows] for x in (m, l))
+  lse = jnp.where(l > 0, m + jnp.log(jnp.where(l > 0, l, 1.0)), -jnp.inf)
+  lse = lse.reshape(bsz, hkv, tq, group).transpose(0, 2, 1, 3).reshape(bsz, tq, hq)
+  return o.astype(out_dtype), lse
