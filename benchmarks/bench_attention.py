@@ -37,6 +37,8 @@ instead, in the same run:
   xla_bf16        jax.nn.dot_product_attention(..., implementation="xla");
   pf_<case>       fp8lab.attention(..., implementation="pallas", compute=...) over the KV
                   format of PREFILL_CASES (the prefill kernel; *_fp8: compute="fp8");
+  mp_<case>       fp8lab.attention(..., implementation="mosaic"): the Mosaic GPU prefill
+                  kernel (Hopper; the Mosaic interpreter on a CPU);
   cu_<case>       fp8lab.attention(..., implementation="cudnn"): the packed K / V decoded to
                   bfloat16 by XLA inside the timed call, then cuDNN (GPU only).
 Prefill rows carry flops (4 B Hq D times the (query, key) pairs attended: S^2, or S (S + 1)
@@ -121,9 +123,10 @@ SIZES = {
     "prefill_h8_s8k_causal": Size(1, 8192, 8, 8, 128, q_len=8192, causal=True),
     "gqa_h32_s8k": Size(1, 8192, 32, 8, 128, q_len=8192, causal=True,
                         cases=("cu_e4m3_block", "cu_nvfp4", "cu_bf16", "pf_e4m3_block",
-                               "pf_bf16", "pf_e4m3_block_fp8")),
+                               "pf_bf16", "pf_e4m3_block_fp8", "mp_e4m3_block")),
     "feather_h1_s8k_d256": Size(1, 8192, 1, 1, 256, q_len=8192,
-                                cases=("cu_e5m2", "cu_e4m3_block", "pf_e5m2", "pf_bf16")),
+                                cases=("cu_e5m2", "cu_e4m3_block", "pf_e5m2", "pf_bf16",
+                                       "mp_e5m2")),
     "prefill_smoke": Size(1, 256, 4, 2, 64, q_len=256, causal=True),
 }
 GPU_SIZES = ("b8_s32k", "b8_s128k", "b8_s8k", "b1_s128k")
@@ -189,6 +192,11 @@ PREFILL_CASES: dict[str, Case] = {
     "pf_e4m3_block_fp8": Case("e4m3_block", compute="fp8"),
     "pf_e4m3_fp8": Case("e4m3", compute="fp8"),
     "pf_e4m3_block_f32": Case("e4m3_block", compute="f32"),
+    # implementation="mosaic": the Mosaic GPU prefill kernel (Hopper; compute bf16
+    # semantics; the Mosaic interpreter on a CPU)
+    "mp_e4m3_block": Case("e4m3_block", compute="bf16", implementation="mosaic"),
+    "mp_e4m3": Case("e4m3", compute="bf16", implementation="mosaic"),
+    "mp_e5m2": Case("e5m2", compute="bf16", implementation="mosaic"),
     # implementation="cudnn": K / V decoded to bfloat16 by XLA, then cuDNN's flash attention
     # (GPU only; the op's default for prefill on a GPU)
     **{f"cu_{fmt or 'bf16'}": Case(fmt, implementation="cudnn")
