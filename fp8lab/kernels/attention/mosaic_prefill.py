@@ -18,10 +18,12 @@ block_k, end = min(length, the block's largest query position + 1):
      scaled by a power of two into [2^14, 2^15) (exact in float16) outside the kernel; the
      row factors (2^-s, sm_scale, K's tensor scale) and K's per-position scales applied to
      the float32 scores;
-  3. positions at or past the length, or past the row's query position, masked to -inf;
-     the online softmax per row in float32 (a row with no key yet keeps m = -inf, no NaN);
-  4. V's codes to float16 likewise, rows past the length zeroed (a NaN stored there cannot
-     reach o through 0 * NaN); p times V's per-position scales over 2^E (E fixed per (b, h)
+  3. positions at or past the length, or past the row's query position, masked to -inf
+     (only in the blocks after the first n_full, those every row of the program sees
+     whole: a second loop); the online softmax per row in float32 (a row with no key yet
+     keeps m = -inf, no NaN);
+  4. V's codes to float16 likewise, rows past the length zeroed in the masked blocks (a NaN
+     stored there cannot reach o through 0 * NaN); p times V's per-position scales over 2^E (E fixed per (b, h)
      outside the kernel: the exponent bound of the row's scales, so the product is <= 1)
      rounded to float16; o += p16 @ V16 by wgmma; l sums the float32 p.
 
@@ -105,7 +107,7 @@ def smem_bytes(cfg: PrefillMosaicConfig, dim: int) -> int:
   return cfg.stages * stage + BLOCK_Q * dim * 2 + max(loop, out)
 
 
-def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref,
+def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref,
             m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, q_bar, kv_bar, *,
             dim: int, kv_heads: int, n_q_blocks: int, block_k: int, stages: int,
             k_block: bool, v_block: bool, p_regs: bool):
@@ -114,6 +116,7 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, k_ref, ks_ref, v_ref, vs_ref
   i, b, h = lax.axis_index("q"), lax.axis_index("b"), lax.axis_index("h")
   j = n_q_blocks - 1 - i
   end = end_ref[b * n_q_blocks + j]
+  n_full = full_ref[b * n_q_blocks + j]        # blocks that every row sees whole: no mask
   n_iter = (jnp.maximum(end, 0) + (block_k - 1)) // block_k
 
   def issue(step, slot):               # the TMA copies of block `step` into `slot`
@@ -133,7 +136,7 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, k_ref, ks_ref, v_ref, vs_ref
   plgpu.barrier_wait(q_bar.at[0])
   shape = (BLOCK_Q, block_k)
 
-  def step(it, carry, *, k16_smem, v16_smem, p_smem):
+  def step(it, carry, *, k16_smem, v16_smem, p_smem, masked: bool):
     o, m, lsum = carry
     slot = lax.rem(it, stages)
     p0 = it * block_k
@@ -150,22 +153,28 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, k_ref, ks_ref, v_ref, vs_ref
     if k_block:
       ks = plgpu.load(ks_smem.at[slot], layout=col_l, optimized=False)
       s = s * lax.broadcast_in_dim(ks, shape, [1])
-    pos = p0 + plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=wg)
-    keep = (pos < end) & (pos <= lax.broadcast_in_dim(qpos, shape, [0]))
-    s = jnp.where(keep, s, -jnp.inf)
+    if masked:
+      pos = p0 + plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=wg)
+      keep = (pos < end) & (pos <= lax.broadcast_in_dim(qpos, shape, [0]))
+      s = jnp.where(keep, s, -jnp.inf)
     m_new = jnp.maximum(m, s.max(axis=1))
     m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
     alpha = jnp.exp(m - m_safe)
     p = jnp.exp(s - lax.broadcast_in_dim(m_safe, shape, [0]))
     lsum = alpha * lsum + p.sum(axis=1)
     if v_block:                        # 0 past the length: a NaN scale there meets p = 0
-      in_len = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k,), 0, layout=col_l) < end
-      vs = jnp.where(in_len, plgpu.load(vs_smem.at[slot], layout=col_l, optimized=False), 0.0)
+      vs = plgpu.load(vs_smem.at[slot], layout=col_l, optimized=False)
+      if masked:
+        in_len = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k,), 0, layout=col_l) < end
+        vs = jnp.where(in_len, vs, 0.0)
       t = p * lax.broadcast_in_dim(vs, shape, [1])
     else:
       t = p
-    vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k, dim), 0, layout=wg)
-    to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
+    if masked:
+      vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k, dim), 0, layout=wg)
+      to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
+    else:
+      to_f16(v_smem.at[slot], v16_smem)
     p16 = t.astype(jnp.float16)
     if not p_regs:
       p_smem[...] = p16
@@ -185,7 +194,8 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, k_ref, ks_ref, v_ref, vs_ref
     o0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q, dim), jnp.float32), wg)
     m0 = plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf, jnp.float32), row_l)
     l0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q,), jnp.float32), row_l)
-    return lax.fori_loop(0, n_iter, body, (o0, m0, l0))
+    carry = lax.fori_loop(0, n_full, functools.partial(body, masked=False), (o0, m0, l0))
+    return lax.fori_loop(n_full, n_iter, functools.partial(body, masked=True), carry)
 
   # the loop's float16 tiles, then the output tiles, in the same shared memory
   o, m, l = pl.run_scoped(
@@ -258,6 +268,9 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
   qp = qp.reshape(bsz, nqb, BLOCK_Q)
   bound = jnp.where(qp == NO_LIMIT, capacity, jnp.minimum(qp, capacity - 1) + 1).max(axis=-1)
   end = jnp.minimum(kv_len[:, None], bound).reshape(-1)
+  # the blocks below every real row's bound and the length: seen whole by every row
+  low = jnp.where((qp == NO_LIMIT) | (qp < 0), capacity, jnp.minimum(qp, capacity - 1) + 1)
+  full = (jnp.minimum(kv_len[:, None], low.min(axis=-1)) // bk).reshape(-1)
   k_block, v_block = kplan.kind == "block", vplan.kind == "block"
   dummy = jnp.zeros((1, 1, 8 * bk), jnp.float32)
   ks = _position_scales(k, kv_len, capacity, bk) if k_block else dummy
@@ -296,7 +309,7 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
                 jax.ShapeDtypeStruct(out, jnp.float32), jax.ShapeDtypeStruct(out, jnp.float32)),
       scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"), interpret=interp,
       kernel_name=f"fp8lab_prefill_mosaic_{kplan.kind}_{vplan.kind}",
-  )(q16, factor, out_factor, qp, end, kd, ks, vd, vs)
+  )(q16, factor, out_factor, qp, end, full, kd, ks, vd, vs)
   # rows r = t * group + g of KV head h -> (B, Tq, Hq = h * group + g)
   o = o.reshape(bsz, hkv, nqb * BLOCK_Q, dim)[:, :, :rows]
   o = o.reshape(bsz, hkv, tq, group, dim).transpose(0, 2, 1, 3, 4).reshape(bsz, tq, hq, dim)
