@@ -38,7 +38,7 @@ import numpy as np
 
 __all__ = ["Timing", "choose_copies", "compile_unrolled", "time_compiled",
            "dispatch_overhead_s", "outputs_distinct", "count_hlo_ops", "device_kernel_times",
-           "gpu_busy", "fusion_summaries", "time_pipelined", "measure", "nbytes", "METHOD"]
+           "gpu_busy", "fusion_summaries", "print_second_call", "time_pipelined", "measure", "nbytes", "METHOD"]
 
 METHOD = (
     "per-op time = median over reps of the host time of one compiled call that applies the op "
@@ -184,6 +184,29 @@ def fusion_summaries(hlo: str) -> dict[str, str]:
                          + ",".join(f"{k}{'x%d' % v if v > 1 else ''}"
                                     for k, v in ops.most_common(8)))
   return out
+
+
+def print_second_call(call: Callable[[Any], Any], hlo: str, title: str) -> None:
+  """Runs `call(None)` twice back to back under the profiler and prints the second call's
+  GPU kernels in launch order: device time, the idle gap before each and, for an XLA
+  fusion, what it computes (fusion_summaries of the optimized HLO `hlo`); a header line
+  `== title: ...` with their count, device time and span (or that the trace had none)."""
+  summaries = fusion_summaries(hlo)
+  events = sorted(_gpu_kernel_events(call, None, runs=2, sync_each=False), key=lambda e: e[1])
+  n = len(events) // 2
+  if not n:
+    print(f"== {title}: no GPU kernels in the trace; {len(summaries)} fusions in the HLO",
+          flush=True)
+    return
+  second = events[n:]
+  print(f"== {title}: {n} kernels, device {sum(e[2] - e[1] for e in second) / 1e3:.1f} us, "
+        f"span {(second[-1][2] - second[0][1]) / 1e3:.1f} us", flush=True)
+  prev_end = second[0][1]
+  for name, start, end in second:
+    short = re.sub(r"^void |\(.*$", "", name)[:48]
+    print(f"  {(end - start) / 1e3:7.2f} us  gap {(start - prev_end) / 1e3:6.2f}  {short:<48} "
+          f"{summaries.get(name, '')[:110]}", flush=True)
+    prev_end = end
 
 
 def _gpu_kernel_events(compiled, args: Any, *, runs: int,

@@ -22,7 +22,7 @@ from fp8lab.kernels import attention as AK
 from fp8lab.kernels.attention import mosaic_prefill as MP
 from fp8lab_tests.switches import ON_GPU, gpu
 from fp8lab_tests.test_attention import _kv, _normal, _u_out, assert_close, spoil_words
-from fp8lab_tests.test_attention_prefill import ref_prefill
+from fp8lab_tests.test_attention_prefill import check_prefill, ref_prefill
 
 INTERPRET = not ON_GPU
 # (B, S, Hkv): S a multiple of 8 (the TMA copies' rows) and of no block; larger compiled.
@@ -42,18 +42,8 @@ def _attend(q, k, v, lengths, **kw):
 
 
 def check(q, k, v, lengths, q_positions=None, causal=False, **kw):
-  """The kernel's (o, lse) against ref_prefill's bound; returns them."""
-  o, lse = _attend(q, k, v, lengths, causal=causal, q_positions=q_positions, **kw)
-  if causal and q_positions is None:
-    q_positions = np.broadcast_to(np.arange(q.shape[1]), q.shape[:2])
-  want, want_lse, tol, lse_tol = ref_prefill(q, k, v, lengths, q_positions, "bf16",
-                                             kw.get("sm_scale"))
-  assert o.dtype == q.dtype and o.shape == q.shape
-  assert_close(o, want, tol + _u_out(q.dtype) * np.abs(want), "o")
-  seen = np.isfinite(want_lse)
-  np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), seen)
-  assert_close(np.where(seen, lse, 0.0), np.where(seen, want_lse, 0.0), lse_tol, "lse")
-  return o, lse
+  """The kernel's (o, lse) against ref_prefill's bound (check_prefill); returns them."""
+  return check_prefill(q, k, v, lengths, q_positions, causal, implementation="mosaic", **kw)
 
 
 def _chunk(lengths, tq):

@@ -90,14 +90,16 @@ def _slow(*cases):
   return [pytest.param(*c, marks=pytest.mark.slow) for c in cases]
 
 
-def check_prefill(q, k, v, lengths, q_positions=None, causal=None, compute="bf16", **kw):
-  """fp8lab.attention through the prefill kernel (compute "bf16" or "f32": both take it for
-  these row counts), o and lse against ref_prefill; returns (o, lse)."""
+def check_prefill(q, k, v, lengths, q_positions=None, causal=None, compute="bf16",
+                  implementation="pallas", **kw):
+  """fp8lab.attention through a prefill kernel (default the Triton one; compute "bf16" or
+  "f32": both take it for these row counts), o and lse against ref_prefill; returns
+  (o, lse)."""
   lengths = jnp.asarray(lengths, jnp.int32)
   causal = q_positions is not None if causal is None else causal
   o, lse = fp8lab.attention(q, k, v, kv_lengths=lengths, return_lse=True, causal=causal,
-                            q_positions=q_positions, compute=compute, implementation="pallas",
-                            interpret=INTERPRET, **kw)
+                            q_positions=q_positions, compute=compute,
+                            implementation=implementation, interpret=INTERPRET, **kw)
   if causal and q_positions is None:
     q_positions = np.broadcast_to(np.arange(q.shape[1]), q.shape[:2])
   want, want_lse, tol, lse_tol = ref_prefill(q, k, v, lengths, q_positions,

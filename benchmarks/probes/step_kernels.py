@@ -14,7 +14,6 @@ GEMVs and the attention kernel, and what fusing them could save.
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 
 import jax
@@ -22,7 +21,6 @@ import jax.numpy as jnp
 
 from benchmarks import bench_decode as BD
 from benchmarks import timing
-from benchmarks.timing import fusion_summaries
 
 def main(argv: list[str]) -> None:
   layers, smoke = 3, False
@@ -46,26 +44,10 @@ def main(argv: list[str]) -> None:
     caches = BD.make_caches(model, batch, kv_len, 1, kv)
     tokens = jnp.zeros((batch,), jnp.int32)
     compiled = jax.jit(step, donate_argnums=(1,)).lower(params, caches, tokens).compile()
-    summaries = fusion_summaries(compiled.as_text())
     run = BD.Stepper(compiled, params, caches, tokens)
     jax.block_until_ready(run())
-    events = sorted(timing._gpu_kernel_events(run, None, runs=2, sync_each=False),
-                    key=lambda e: e[1])
-    n = len(events) // 2
-    if not n:
-      print(f"== {path} kv={kv} B={batch} L={kv_len}: no GPU kernels in the trace; "
-            f"{len(summaries)} fusions in the HLO", flush=True)
-      continue
-    second = events[n:]
-    print(f"== {path} kv={kv} B={batch} L={kv_len} layers={layers}: {n} kernels a step, "
-          f"device {sum(e[2] - e[1] for e in second) / 1e3:.1f} us, span "
-          f"{(second[-1][2] - second[0][1]) / 1e3:.1f} us", flush=True)
-    prev_end = second[0][1]
-    for name, start, end in second:
-      short = re.sub(r"^void |\(.*$", "", name)[:48]
-      print(f"  {(end - start) / 1e3:7.2f} us  gap {(start - prev_end) / 1e3:6.2f}  {short:<48} "
-            f"{summaries.get(name, '')[:110]}", flush=True)
-      prev_end = end
+    timing.print_second_call(lambda _: run(), compiled.as_text(),
+                             f"{path} kv={kv} B={batch} L={kv_len} layers={layers}")
     del run, compiled, params, caches
 
 

@@ -14,7 +14,6 @@ sum says how far the fixed cost is from the issue's 10 us and which launches hol
 from __future__ import annotations
 
 import math
-import re
 import sys
 
 import jax
@@ -23,7 +22,6 @@ import numpy as np
 
 from benchmarks import bench_train as BT
 from benchmarks import timing
-from benchmarks.timing import fusion_summaries
 from fp8lab import training
 
 
@@ -51,26 +49,8 @@ def main(argv: list[str]) -> None:
     for part, op in parts:
       args = _args(recipe, m, d)
       compiled = jax.jit(op).lower(*args).compile()
-      summaries = fusion_summaries(compiled.as_text())
-      call = lambda _: compiled(*args)                       # noqa: E731
-      events = sorted(timing._gpu_kernel_events(call, None, runs=2, sync_each=False),  # pylint: disable=protected-access
-                      key=lambda e: e[1])
-      n = len(events) // 2
-      if not n:
-        print(f"== {recipe} {part} m={m} d={d}: no GPU kernels in the trace; "
-              f"{len(summaries)} fusions in the HLO", flush=True)
-        continue
-      second = events[n:]
-      print(f"== {recipe} {part} m={m} d={d}: {n} kernels, device "
-            f"{sum(e[2] - e[1] for e in second) / 1e3:.1f} us, span "
-            f"{(second[-1][2] - second[0][1]) / 1e3:.1f} us", flush=True)
-      prev_end = second[0][1]
-      for name, start, end in second:
-        short = re.sub(r"^void |\(.*$", "", name)[:48]
-        print(f"  {(end - start) / 1e3:7.2f} us  gap {(start - prev_end) / 1e3:6.2f}  "
-              f"{short:<48} {summaries.get(name, '')[:100]}", flush=True)
-        prev_end = end
-
+      timing.print_second_call(lambda _, c=compiled, a=args: c(*a), compiled.as_text(),
+                               f"{recipe} {part} m={m} d={d}")
 
 if __name__ == "__main__":
   main(sys.argv[1:])

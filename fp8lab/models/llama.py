@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
@@ -200,6 +201,19 @@ def decode_step(params, caches, tokens, pos, *, cfg: LlamaConfig, kvf: common.KV
   return logits[:, 0], caches
 
 
+def _first_token(params, ids, n: int, cfg: LlamaConfig, kvf: common.KVFormat,
+                 implementation):
+  """The prompts' prefill into caches with room for n more tokens (a multiple of 64), its
+  greedy token (B,) and the seconds until that token was ready (compile included)."""
+  t0 = time.perf_counter()
+  capacity = -(-(ids.shape[1] + n) // 64) * 64
+  logits, caches = prefill(params, ids, cfg=cfg, kvf=kvf, capacity=capacity,
+                           implementation=implementation)
+  tok = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
+  tok.block_until_ready()
+  return tok, caches, time.perf_counter() - t0
+
+
 @functools.partial(jax.jit, static_argnames=("n", "cfg", "kvf", "implementation"),
                    donate_argnames=("caches",))
 def decode_loop(params, caches, tok, start, *, n: int, cfg: LlamaConfig,
@@ -227,16 +241,9 @@ def greedy_on_device(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFor
 
   Returns (tokens (B, n) numpy int32; seconds of the prefill and first token, compile
   included; seconds of the timed decode call; its steps, n - 1)."""
-  import time  # pylint: disable=g-import-not-at-top
   ids = jnp.asarray(ids, jnp.int32)
   bsz, t = ids.shape
-  capacity = -(-(t + n) // 64) * 64
-  t0 = time.perf_counter()
-  logits, caches = prefill(params, ids, cfg=cfg, kvf=kvf, capacity=capacity,
-                           implementation=prefill_implementation)
-  tok = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
-  tok.block_until_ready()
-  t_prefill = time.perf_counter() - t0
+  tok, caches, t_prefill = _first_token(params, ids, n, cfg, kvf, prefill_implementation)
   if n == 1:
     return np.asarray(tok)[:, None], t_prefill, 0.0, 0
   start = jnp.full((bsz,), t, jnp.int32)
@@ -263,16 +270,9 @@ def greedy(params, ids, n: int, *, cfg: LlamaConfig, kvf: common.KVFormat,
   stopped; seconds of the prefill and first token, compile included; seconds of the timed
   steps: every step after the first, whose time holds the decode step's compile; their
   count)."""
-  import time  # pylint: disable=g-import-not-at-top
   ids = jnp.asarray(ids, jnp.int32)
   bsz, t = ids.shape
-  capacity = -(-(t + n) // 64) * 64
-  t0 = time.perf_counter()
-  logits, caches = prefill(params, ids, cfg=cfg, kvf=kvf, capacity=capacity,
-                           implementation=prefill_implementation)
-  tok = jnp.argmax(logits[:, -1], axis=-1).astype(jnp.int32)
-  tok.block_until_ready()
-  t_prefill = time.perf_counter() - t0
+  tok, caches, t_prefill = _first_token(params, ids, n, cfg, kvf, prefill_implementation)
   out, pending = [np.asarray(tok)], []
   stopped = out[0] == stop
   t_first, steps = None, 0

@@ -46,7 +46,8 @@ from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
 from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2
 
 __all__ = ["MosaicConfig", "mosaic_config", "mosaic_serves", "mosaic_partials", "smem_bytes",
-           "attention_mosaic", "MOSAIC_ELEMENTS", "to_f16"]
+           "attention_mosaic", "MOSAIC_ELEMENTS", "to_f16", "fp8_cache_reason",
+           "interpret_params"]
 
 # The element formats the kernel decodes (the fp8 -> float16 converts take both).
 MOSAIC_ELEMENTS = ("e4m3", "e5m2")
@@ -83,22 +84,42 @@ def columns(tq: int, group: int) -> int:
   return max(8, -(-tq * group // 8) * 8)
 
 
-def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads: int,
-                  paged: bool, capacity: int) -> str | None:
-  """None where the kernel takes the call, else why not (a sentence)."""
+def fp8_cache_reason(kplan: KVPlan, vplan: KVPlan, *, paged: bool,
+                     capacity: int) -> str | None:
+  """Why the Mosaic kernels (decode and prefill) cannot read this cache (a sentence), or
+  None: K and V each e4m3 / e5m2 per tensor or per token and head, contiguous, the
+  capacity a multiple of 8 positions."""
   for name, p in (("K", kplan), ("V", vplan)):
     if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
       return (f"{name} must be e4m3 / e5m2 per tensor or with per-token-head scales (got "
               f"kind {p.kind!r}{'' if p.elem is None else ', element ' + p.elem.name})")
     if p.kind == "block" and p.block_len != p.dim:
       return f"{name}'s block scales must cover the whole head (block {p.block_len} != D {p.dim})"
-    if p.kind == "block" and kv_heads % 8:
-      return (f"{name}'s per-token-head scales need Hkv a multiple of 8 (their (block_s, Hkv) "
-              f"TMA tiles), got {kv_heads}")
   if paged:
     return "paged caches are not supported yet"
   if capacity % 8:                     # the TMA copies' tiled rows (Mosaic's lowering)
     return f"the cache capacity must be a multiple of 8 positions, got {capacity}"
+  return None
+
+
+def interpret_params(interpret: bool):
+  """plgpu.kernel's `interpret`: the Mosaic GPU interpreter's parameters, or None."""
+  if not interpret:
+    return None
+  from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
+  return InterpretGPUParams()
+
+
+def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads: int,
+                  paged: bool, capacity: int) -> str | None:
+  """None where the kernel takes the call, else why not (a sentence)."""
+  why = fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity)
+  if why:
+    return why
+  for name, p in (("K", kplan), ("V", vplan)):
+    if p.kind == "block" and kv_heads % 8:
+      return (f"{name}'s per-token-head scales need Hkv a multiple of 8 (their (block_s, Hkv) "
+              f"TMA tiles), got {kv_heads}")
   if columns(tq, group) > MAX_COLUMNS:
     return f"Tq * group = {tq * group} query rows per KV head exceed {MAX_COLUMNS}"
   return None
@@ -359,11 +380,6 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
       _kernel, n=n, q_parts=q16.shape[2], dim=dim, kv_heads=hkv, capacity=capacity,
       split_len=split_len, block_s=bs, stages=stages, p_parts=config.p_parts,
       k_block=k_block, v_block=v_block, k_regs=config.k_regs)
-  if interpret:
-    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
-    interp = InterpretGPUParams()
-  else:
-    interp = None
   shape = (bsz, hkv, n_splits)
   call = plgpu.kernel(
       kernel,
@@ -371,7 +387,8 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
                 jax.ShapeDtypeStruct(shape + (n,), jnp.float32),
                 jax.ShapeDtypeStruct(shape + (n,), jnp.float32)),
       scratch_types=scratch, grid=shape, grid_names=("b", "h", "s"),
-      interpret=interp, kernel_name=f"fp8lab_attention_mosaic_{kplan.kind}_{vplan.kind}")
+      interpret=interpret_params(interpret),
+      kernel_name=f"fp8lab_attention_mosaic_{kplan.kind}_{vplan.kind}")
   vf = (jnp.asarray(v.tensor_scale, jnp.float32) if vplan.kind == "tensor"
         else jnp.float32(1)).reshape(1)
   return call(q16, factor, vf, _q_positions(qpos, group, n), kv_len.astype(jnp.int32), kd,

@@ -43,8 +43,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
-from fp8lab.kernels.attention.mosaic import (MOSAIC_ELEMENTS, _fp8_dtype, _fp8_view,
-                                             _q_columns, _tiles, to_f16)
+from fp8lab.kernels.attention.mosaic import (_fp8_dtype, _fp8_view, _q_columns, _tiles,
+                                             fp8_cache_reason, interpret_params, to_f16)
 from fp8lab.kernels.gemv.operands import _exp2_exact
 
 __all__ = ["PrefillMosaicConfig", "prefill_mosaic_config", "prefill_mosaic_serves",
@@ -74,18 +74,9 @@ class PrefillMosaicConfig:
 
 def prefill_mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, paged: bool,
                           capacity: int) -> str | None:
-  """None where the kernel takes the call, else why not (a sentence)."""
-  for name, p in (("K", kplan), ("V", vplan)):
-    if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
-      return (f"{name} must be e4m3 / e5m2 per tensor or with per-token-head scales (got "
-              f"kind {p.kind!r}{'' if p.elem is None else ', element ' + p.elem.name})")
-    if p.kind == "block" and p.block_len != p.dim:
-      return f"{name}'s block scales must cover the whole head (block {p.block_len} != D {p.dim})"
-  if paged:
-    return "paged caches are not supported yet"
-  if capacity % 8:                     # the TMA copies' tiled rows (Mosaic's lowering)
-    return f"the cache capacity must be a multiple of 8 positions, got {capacity}"
-  return None
+  """None where the kernel takes the call, else why not (a sentence): the decode kernel's
+  cache rule (mosaic.fp8_cache_reason); any Hkv (the scale slices are 1D)."""
+  return fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity)
 
 
 def prefill_mosaic_config(dim: int, interpret: bool = False) -> PrefillMosaicConfig:
@@ -296,18 +287,14 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
   kernel = functools.partial(
       _kernel, dim=dim, kv_heads=hkv, n_q_blocks=nqb, block_k=bk, stages=stages,
       k_block=k_block, v_block=v_block, p_regs=config.p_regs)
-  if interpret:
-    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # pylint: disable=g-import-not-at-top
-    interp = InterpretGPUParams()
-  else:
-    interp = None
   grid = (nqb, bsz, hkv)
   out = (bsz, hkv, nqb, BLOCK_Q)
   o, m, l = plgpu.kernel(
       kernel,
       out_type=(jax.ShapeDtypeStruct(out + (dim,), jnp.float32),
                 jax.ShapeDtypeStruct(out, jnp.float32), jax.ShapeDtypeStruct(out, jnp.float32)),
-      scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"), interpret=interp,
+      scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"),
+      interpret=interpret_params(interpret),
       kernel_name=f"fp8lab_prefill_mosaic_{kplan.kind}_{vplan.kind}",
   )(q16, factor, out_factor, qp, end, full, kd, ks, vd, vs)
   # rows r = t * group + g of KV head h -> (B, Tq, Hq = h * group + g)
