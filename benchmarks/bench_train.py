@@ -298,6 +298,16 @@ def _quantize_only(recipe):
   return op
 
 
+def _us_text(t: dict[str, Any]) -> str:
+  """A timing row's host us per op, and on a GPU its device us (the profiler's kernels) and
+  kernel count per op: the fixed cost is a device-time measure (the host's dispatch of a
+  call with many small buffers can exceed its GPU work)."""
+  text = f"{t.get('time_us', float('nan')):9.1f} us"
+  if t.get("device_us_per_op") is not None:
+    text += f" (device {t['device_us_per_op']:7.1f} us, {t['kernels_per_op']:.1f} kernels)"
+  return text
+
+
 def run_fixed(recipes, d: int, ms, reps: int, copies: int, seed: int) -> list[dict[str, Any]]:
   rows = []
   for m in ms:
@@ -333,10 +343,9 @@ def run_fixed(recipes, d: int, ms, reps: int, copies: int, seed: int) -> list[di
             row["hlo"] = fp8_gemm_counts(hlo)
           except Exception as e:  # pylint: disable=broad-except
             row["hlo_error"] = f"{type(e).__name__}: {e}"[:500]
-      print(f"fixed m={m} {recipe:18s} linear {lin.get('time_us', float('nan')):9.1f} us"
-            + (f"  quantize {row['quantize_calls'].get('time_us', float('nan')):9.1f} us"
-               if "quantize_calls" in row else "") + (f"  hlo {row['hlo']}" if "hlo" in row
-                                                      else ""), flush=True)
+      print(f"fixed m={m} {recipe:18s} linear {_us_text(lin)}"
+            + (f"  quantize {_us_text(row['quantize_calls'])}" if "quantize_calls" in row
+               else "") + (f"  hlo {row['hlo']}" if "hlo" in row else ""), flush=True)
       rows.append(row)
   return rows
 
