@@ -21,7 +21,8 @@ import fp8lab
 from fp8lab.kernels import attention as AK
 from fp8lab.kernels.attention import mosaic_prefill as MP
 from fp8lab_tests.switches import ON_GPU, gpu
-from fp8lab_tests.test_attention import _kv, _normal, _u_out, assert_close, spoil_words
+from fp8lab_tests.test_attention import (_kv, _normal, _paged, _u_out, assert_close,
+                                         spoil_words)
 from fp8lab_tests.test_attention_prefill import check_prefill, ref_prefill
 
 INTERPRET = not ON_GPU
@@ -141,6 +142,27 @@ def test_jit_and_vmap_over_q():
     assert_close(o[i], want, tol + _u_out(jnp.float32) * np.abs(want), f"vmap {i}")
 
 
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_paged_equals_contiguous(page_size):
+  """A shuffled page pool and its table give the contiguous cache's output bit for bit
+  (pages of 16: four TMA copies per block of 64; of 64: one), causal chunks and full rows."""
+  bsz, hkv, dim = 2, 2, 64
+  cap = 1024 if ON_GPU else 128
+  k = _kv("e4m3_block", _normal(26, (bsz, cap, hkv, dim)))
+  v = _kv("e5m2_block", _normal(27, (bsz, cap, hkv, dim)))
+  lengths = _lengths(bsz, cap)
+  q = _normal(28, (bsz, 70, hkv * 2, dim))
+  pk, table = _paged(k, page_size, 29)
+  pv, _ = _paged(v, page_size, 29)
+  for qpos in (_chunk(lengths, 70), None):
+    a, la = _attend(q, k, v, lengths, causal=qpos is not None, q_positions=qpos)
+    b, lb = _attend(q, pk, pv, lengths, causal=qpos is not None, q_positions=qpos,
+                    block_tables=table)
+    np.testing.assert_array_equal(np.asarray(b).view(np.uint32), np.asarray(a).view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(lb), np.asarray(la))
+  check(q, k, v, lengths)              # and the contiguous one against the reference
+
+
 def _meta(fmt, shape, **kw):
   return _kv(fmt, jnp.zeros(shape, jnp.float32), **kw)
 
@@ -161,8 +183,8 @@ def test_errors():
   with pytest.raises(ValueError, match="multiple of 8 positions"):
     x = _meta("e4m3", (bsz, cap - 3, hkv, 64))
     _attend(q, x, x, np.full(bsz, cap - 3))
-  with pytest.raises(ValueError, match="paged"):
-    pool = _meta("e4m3_block", (4, 64, hkv, 64))
+  with pytest.raises(ValueError, match="pages of 8, 16, 32"):
+    pool = _meta("e4m3_block", (4, 24, hkv, 64))
     fp8lab.attention(q, pool, pool, block_tables=jnp.zeros((bsz, 2), jnp.int32),
                      implementation="mosaic", interpret=INTERPRET)
   with pytest.raises(ValueError, match="block_k"):

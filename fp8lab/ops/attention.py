@@ -230,7 +230,8 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       why = (f"its prefill kernel computes in bfloat16 semantics (compute None or 'bf16'), "
              f"got compute={compute!r}")
     else:
-      why = attn_kernel.prefill_mosaic_serves(kplan, vplan, paged=paged, capacity=capacity)
+      why = attn_kernel.prefill_mosaic_serves(kplan, vplan, paged=paged, capacity=capacity,
+                                              page_size=page_size)
     if why:
       raise ValueError(f"attention: implementation='mosaic' does not take this call: {why}")
   if impl in _SDPA_IMPLEMENTATIONS and compute not in (None, "bf16"):
@@ -589,15 +590,18 @@ def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positi
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 
-def _mosaic_prefill_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions):
-  """The Mosaic GPU prefill kernel on (B, Tq, Hq, D), with q rotated for a Hadamard-rotated
-  K and o rotated back for a rotated V, as _mosaic_call does."""
+def _mosaic_prefill_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions,
+                         table=None):
+  """The Mosaic GPU prefill kernel on (B, Tq, Hq, D) over a contiguous cache or a page pool
+  and its table, with q rotated for a Hadamard-rotated K and o rotated back for a rotated
+  V, as _mosaic_call does."""
   hq, dim = q.shape[2], q.shape[3]
   qk = _rotate_q(k, q.astype(jnp.float32)) if k.hadamard is not None else q
   rotated_v = v.hadamard is not None
   o, lse = attn_kernel.prefill_mosaic(
-      qk, q_positions, kv_lengths, k, v, kplan=attn_kernel.kv_plan(k, dim),
-      vplan=attn_kernel.kv_plan(v, dim), group=hq // k.shape[2], capacity=k.shape[1],
+      qk, q_positions, kv_lengths, k, v, table, kplan=attn_kernel.kv_plan(k, dim),
+      vplan=attn_kernel.kv_plan(v, dim), group=hq // k.shape[2],
+      capacity=_capacity(k, table, k.shape[1]),
       sm_scale=sm_scale, config=attn_kernel.prefill_mosaic_config(dim, interpret),
       out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
   return _unrotate_o(v, o).astype(q.dtype), lse
@@ -654,12 +658,12 @@ def _batched(implementation: str, interpret: bool, sm_scale: float, page_size: i
         masking = "positions"     # tokens folded: query i is no longer at position i
       return _sdpa(implementation, sm_scale, masking, rows == "full", q, k, v, kv_lengths,
                    q_positions, table)
-  elif implementation == _MOSAIC:
-    mosaic = _mosaic_call if mode == "mosaic" else _mosaic_prefill_call
-
+  elif implementation == _MOSAIC and mode == "mosaic":
     def call(q, k, v, kv_lengths, q_positions, table):
       del table                        # contiguous caches only (mosaic_serves)
-      return mosaic(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
+      return _mosaic_call(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
+  elif implementation == _MOSAIC:
+    call = functools.partial(_mosaic_prefill_call, interpret, sm_scale)
   else:
     call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
 

@@ -84,19 +84,23 @@ def columns(tq: int, group: int) -> int:
   return max(8, -(-tq * group // 8) * 8)
 
 
-def fp8_cache_reason(kplan: KVPlan, vplan: KVPlan, *, paged: bool,
-                     capacity: int) -> str | None:
+def fp8_cache_reason(kplan: KVPlan, vplan: KVPlan, *, paged: bool, capacity: int,
+                     page_size: int | None = None) -> str | None:
   """Why the Mosaic kernels (decode and prefill) cannot read this cache (a sentence), or
-  None: K and V each e4m3 / e5m2 per tensor or per token and head, contiguous, the
-  capacity a multiple of 8 positions."""
+  None: K and V each e4m3 / e5m2 per tensor or per token and head, the capacity a multiple
+  of 8 positions; contiguous, or (page_size given: the prefill kernel) paged with pages of
+  8 .. 64 positions dividing 64, or a multiple of 64."""
   for name, p in (("K", kplan), ("V", vplan)):
     if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
       return (f"{name} must be e4m3 / e5m2 per tensor or with per-token-head scales (got "
               f"kind {p.kind!r}{'' if p.elem is None else ', element ' + p.elem.name})")
     if p.kind == "block" and p.block_len != p.dim:
       return f"{name}'s block scales must cover the whole head (block {p.block_len} != D {p.dim})"
-  if paged:
+  if paged and page_size is None:
     return "paged caches are not supported yet"
+  if paged and not (page_size % 64 == 0 or (page_size >= 8 and 64 % page_size == 0)):
+    return (f"paged caches need pages of 8, 16, 32 or a multiple of 64 positions (whole "
+            f"TMA copies per block), got {page_size}")
   if capacity % 8:                     # the TMA copies' tiled rows (Mosaic's lowering)
     return f"the cache capacity must be a multiple of 8 positions, got {capacity}"
   return None

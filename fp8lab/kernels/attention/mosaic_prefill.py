@@ -72,11 +72,12 @@ class PrefillMosaicConfig:
                        f"{self.stages!r}")
 
 
-def prefill_mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, paged: bool,
-                          capacity: int) -> str | None:
-  """None where the kernel takes the call, else why not (a sentence): the decode kernel's
-  cache rule (mosaic.fp8_cache_reason); any Hkv (the scale slices are 1D)."""
-  return fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity)
+def prefill_mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, paged: bool, capacity: int,
+                          page_size: int = 0) -> str | None:
+  """None where the kernel takes the call, else why not (a sentence): mosaic.fp8_cache_reason
+  with paged caches allowed (pages of 8 .. 32 positions, 64 or a multiple of 64); any Hkv
+  (the scale slices are 1D)."""
+  return fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity, page_size=page_size)
 
 
 def prefill_mosaic_config(dim: int, interpret: bool = False) -> PrefillMosaicConfig:
@@ -98,10 +99,10 @@ def smem_bytes(cfg: PrefillMosaicConfig, dim: int) -> int:
   return cfg.stages * stage + BLOCK_Q * dim * 2 + max(loop, out)
 
 
-def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref,
-            m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, q_bar, kv_bar, *,
-            dim: int, kv_heads: int, n_q_blocks: int, block_k: int, stages: int,
-            k_block: bool, v_block: bool, p_regs: bool):
+def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks_ref, v_ref,
+            vs_ref, o_ref, m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, q_bar,
+            kv_bar, *, dim: int, kv_heads: int, n_q_blocks: int, block_k: int, stages: int,
+            k_block: bool, v_block: bool, p_regs: bool, page_size: int, n_pages: int):
   wg = plgpu.Layout.WGMMA
   col_l, row_l = wg.reduce(0), wg.reduce(1)
   i, b, h = lax.axis_index("q"), lax.axis_index("b"), lax.axis_index("h")
@@ -112,8 +113,18 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, k_ref, ks_ref, v_r
 
   def issue(step, slot):               # the TMA copies of block `step` into `slot`
     rows = pl.ds(step * block_k, block_k)
-    plgpu.copy_gmem_to_smem(k_ref.at[b, rows, h], k_smem.at[slot], kv_bar.at[slot])
-    plgpu.copy_gmem_to_smem(v_ref.at[b, rows, h], v_smem.at[slot], kv_bar.at[slot])
+    if not page_size:
+      plgpu.copy_gmem_to_smem(k_ref.at[b, rows, h], k_smem.at[slot], kv_bar.at[slot])
+      plgpu.copy_gmem_to_smem(v_ref.at[b, rows, h], v_smem.at[slot], kv_bar.at[slot])
+    else:                              # one copy per page (or one slice of a page) of the block
+      span = min(page_size, block_k)
+      for c in range(block_k // span):
+        p0 = step * block_k + c * span
+        page = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
+        src = pl.ds(lax.rem(p0, page_size), span)
+        dst = pl.ds(c * span, span)
+        plgpu.copy_gmem_to_smem(k_ref.at[page, src, h], k_smem.at[slot, dst], kv_bar.at[slot])
+        plgpu.copy_gmem_to_smem(v_ref.at[page, src, h], v_smem.at[slot, dst], kv_bar.at[slot])
     if k_block:
       plgpu.copy_gmem_to_smem(ks_ref.at[b, h, rows], ks_smem.at[slot], kv_bar.at[slot])
     if v_block:
@@ -209,11 +220,15 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, k_ref, ks_ref, v_r
                 plgpu.SMEM((2, BLOCK_Q), jnp.float32))
 
 
-def _position_scales(x, kv_len, capacity: int, block_k: int):
-  """A QuantizedArray's per-token-head scales (B, S, Hkv, 1) as (B, Hkv, S') float32, S'
+def _position_scales(x, table, bsz: int, capacity: int, block_k: int):
+  """A QuantizedArray's per-token-head scales (B, S, Hkv, 1), or a page pool's (pages,
+  page_size, Hkv, 1) gathered through the table (B, n_pages), as (B, Hkv, S') float32, S'
   the capacity rounded up to block_k (zeros there: every TMA slice in bounds)."""
-  bsz, _, hkv, _ = x.shape
-  s = x.scales.reshape(bsz, capacity, hkv).astype(jnp.float32).transpose(0, 2, 1)
+  hkv = x.shape[2]
+  s = x.scales.reshape(x.shape[0], x.shape[1], hkv).astype(jnp.float32)
+  if table is not None:
+    s = s[table].reshape(bsz, capacity, hkv)
+  s = s.transpose(0, 2, 1)
   return jnp.pad(s, ((0, 0), (0, 0), (0, -(-capacity // block_k) * block_k - capacity)))
 
 
@@ -229,12 +244,14 @@ def _v_bound(vs, kv_len):
 
 @functools.partial(jax.jit, static_argnames=("kplan", "vplan", "group", "capacity",
                                              "sm_scale", "config", "out_dtype", "interpret"))
-def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group: int,
-                   capacity: int, sm_scale: float, config: PrefillMosaicConfig,
+def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: KVPlan,
+                   group: int, capacity: int, sm_scale: float, config: PrefillMosaicConfig,
                    out_dtype=None, interpret: bool = False):
   """(o (B, Tq, Hq, D) in out_dtype (default q's), lse (B, Tq, Hq) float32). q (B, Tq, Hq, D)
   float; qpos (B, Tq) int32 (NO_LIMIT: no causal bound); kv_len (B,) int32; k, v
-  QuantizedArrays (B, S, Hkv, D) that prefill_mosaic_serves takes. Arguments are assumed
+  QuantizedArrays (B, S, Hkv, D) that prefill_mosaic_serves takes, or page pools (pages,
+  page_size, Hkv, D) with table (B, n_pages) int32 (capacity n_pages * page_size: logical
+  page j of row b is pool page table[b, j]). Arguments are assumed
   checked."""
   if interpret and config.p_regs:
     raise ValueError("PrefillMosaicConfig.p_regs runs compiled only (the Mosaic GPU interpreter "
@@ -264,9 +281,9 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
   full = (jnp.minimum(kv_len[:, None], low.min(axis=-1)) // bk).reshape(-1)
   k_block, v_block = kplan.kind == "block", vplan.kind == "block"
   dummy = jnp.zeros((1, 1, 8 * bk), jnp.float32)
-  ks = _position_scales(k, kv_len, capacity, bk) if k_block else dummy
+  ks = _position_scales(k, table, bsz, capacity, bk) if k_block else dummy
   if v_block:
-    vs = _position_scales(v, kv_len, capacity, bk)
+    vs = _position_scales(v, table, bsz, capacity, bk)
     down, up = _v_bound(vs, kv_len)
     vs = vs * down[..., None]
     out_factor = up.reshape(-1)
@@ -275,6 +292,8 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
     out_factor = jnp.broadcast_to(jnp.asarray(v.tensor_scale, jnp.float32), (bsz * hkv,))
   kd, vd = _fp8_view(k.data, kplan.elem), _fp8_view(v.data, vplan.elem)
   stages = config.stages
+  # TMA copies of K (and of V) per block: one, or one per page the block spans
+  copies = 1 if table is None else max(1, bk // k.shape[1])
   scratch = [
       plgpu.SMEM((BLOCK_Q, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
       plgpu.SMEM((stages, bk, dim), _fp8_dtype(kplan.elem), transforms=_tiles(jnp.uint8, dim)),
@@ -282,11 +301,13 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
       plgpu.SMEM((stages, bk) if k_block else (1, 8), jnp.float32),
       plgpu.SMEM((stages, bk) if v_block else (1, 8), jnp.float32),
       plgpu.Barrier(num_barriers=1),
-      plgpu.Barrier(num_arrivals=2 + k_block + v_block, num_barriers=stages),
+      plgpu.Barrier(num_arrivals=2 * copies + k_block + v_block, num_barriers=stages),
   ]
   kernel = functools.partial(
       _kernel, dim=dim, kv_heads=hkv, n_q_blocks=nqb, block_k=bk, stages=stages,
-      k_block=k_block, v_block=v_block, p_regs=config.p_regs)
+      k_block=k_block, v_block=v_block, p_regs=config.p_regs,
+      page_size=0 if table is None else k.shape[1],
+      n_pages=1 if table is None else table.shape[1])
   grid = (nqb, bsz, hkv)
   out = (bsz, hkv, nqb, BLOCK_Q)
   o, m, l = plgpu.kernel(
@@ -296,7 +317,9 @@ def prefill_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group
       scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"),
       interpret=interpret_params(interpret),
       kernel_name=f"fp8lab_prefill_mosaic_{kplan.kind}_{vplan.kind}",
-  )(q16, factor, out_factor, qp, end, full, kd, ks, vd, vs)
+  )(q16, factor, out_factor, qp, end, full,
+    jnp.zeros((1,), jnp.int32) if table is None else table.astype(jnp.int32).reshape(-1),
+    kd, ks, vd, vs)
   # rows r = t * group + g of KV head h -> (B, Tq, Hq = h * group + g)
   o = o.reshape(bsz, hkv, nqb * BLOCK_Q, dim)[:, :, :rows]
   o = o.reshape(bsz, hkv, tq, group, dim).transpose(0, 2, 1, 3, 4).reshape(bsz, tq, hq, dim)
