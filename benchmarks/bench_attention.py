@@ -123,7 +123,8 @@ SIZES = {
     "prefill_h8_s8k_causal": Size(1, 8192, 8, 8, 128, q_len=8192, causal=True),
     "gqa_h32_s8k": Size(1, 8192, 32, 8, 128, q_len=8192, causal=True,
                         cases=("cu_e4m3_block", "cu_nvfp4", "cu_bf16", "pf_e4m3_block",
-                               "pf_bf16", "pf_e4m3_block_fp8", "mp_e4m3_block")),
+                               "pf_bf16", "pf_e4m3_block_fp8", "mp_e4m3_block",
+                               "mp_e4m3_block_fp8")),
     "feather_h1_s8k_d256": Size(1, 8192, 1, 1, 256, q_len=8192,
                                 cases=("cu_e5m2", "cu_e4m3_block", "pf_e5m2", "pf_bf16",
                                        "mp_e5m2")),
@@ -193,10 +194,12 @@ PREFILL_CASES: dict[str, Case] = {
     "pf_e4m3_fp8": Case("e4m3", compute="fp8"),
     "pf_e4m3_block_f32": Case("e4m3_block", compute="f32"),
     # implementation="mosaic": the Mosaic GPU prefill kernel (Hopper; compute bf16
-    # semantics; the Mosaic interpreter on a CPU)
+    # semantics, *_fp8 its FP8 wgmma mode; the Mosaic interpreter on a CPU)
     "mp_e4m3_block": Case("e4m3_block", compute="bf16", implementation="mosaic"),
     "mp_e4m3": Case("e4m3", compute="bf16", implementation="mosaic"),
     "mp_e5m2": Case("e5m2", compute="bf16", implementation="mosaic"),
+    "mp_e4m3_block_fp8": Case("e4m3_block", compute="fp8", implementation="mosaic"),
+    "mp_e4m3_fp8": Case("e4m3", compute="fp8", implementation="mosaic"),
     # implementation="cudnn": K / V decoded to bfloat16 by XLA, then cuDNN's flash attention
     # (GPU only; the op's default for prefill on a GPU)
     **{f"cu_{fmt or 'bf16'}": Case(fmt, implementation="cudnn")

@@ -23,7 +23,7 @@ from fp8lab.kernels.attention import mosaic_prefill as MP
 from fp8lab_tests.switches import ON_GPU, gpu
 from fp8lab_tests.test_attention import (_kv, _normal, _paged, _u_out, assert_close,
                                          spoil_words)
-from fp8lab_tests.test_attention_prefill import check_prefill, ref_prefill
+from fp8lab_tests.test_attention_prefill import check_prefill, ref_fp8, ref_prefill
 
 INTERPRET = not ON_GPU
 # (B, S, Hkv): S a multiple of 8 (the TMA copies' rows) and of no block; larger compiled.
@@ -163,6 +163,57 @@ def test_paged_equals_contiguous(page_size):
   check(q, k, v, lengths)              # and the contiguous one against the reference
 
 
+# ---------------------------------------------------------------------------- compute="fp8"
+
+@pytest.mark.parametrize("kfmt,vfmt,group,dim,tq,causal", [
+    ("e4m3", "e4m3_block", 4, 64, 33, True),
+    ("e4m3_block", "e4m3", 1, 128, 70, False),
+    ("e4m3_block", "e4m3_block", 8, 256, 12, True),
+])
+def test_fp8_matches_reference(kfmt, vfmt, group, dim, tq, causal):
+  """compute="fp8" (e4m3 q, K, P, V into FP8 wgmma) against test_attention_prefill.py's
+  ref_fp8 bound: q rounded to e4m3 as the Triton kernel rounds it, P's e4m3 rounding (V's
+  per-token factors over one power of two per row and head here: what underflows stays
+  inside the bound's 2^-17 n max|v| term), the tensor cores' short accumulation."""
+  bsz, cap, hkv = SHAPE
+  k = _kv(kfmt, _normal(31, (bsz, cap, hkv, dim), 2.0))
+  v = _kv(vfmt, _normal(32, (bsz, cap, hkv, dim)))
+  q = _normal(33, (bsz, tq, hkv * group, dim))
+  lengths = _lengths(bsz, cap)
+  qpos = _chunk(lengths, tq) if causal else None
+  o, lse = _attend(q, k, v, lengths, causal=causal, q_positions=qpos, compute="fp8")
+  want, want_lse, tol, lse_tol = ref_fp8(q, k, v, lengths, qpos)
+  assert_close(o, want, tol, "o")
+  seen = np.isfinite(want_lse)
+  np.testing.assert_array_equal(np.isfinite(np.asarray(lse)), seen)
+  assert_close(np.where(seen, lse, 0.0), np.where(seen, want_lse, 0.0), lse_tol, "lse")
+
+
+def test_fp8_paged_and_garbage_past_length():
+  """compute="fp8": NaN codes and scales past the lengths give the clean cache's bits (V^T
+  is zeroed there before the kernel, K's scores masked), and a shuffled page pool (pages
+  of 16) gives the contiguous cache's bits."""
+  bsz, hkv, dim = 2, 2, 64
+  cap = 1024 if ON_GPU else 128
+  lengths = _lengths(bsz, cap)
+  past = np.arange(cap)[None, :] >= lengths[:, None]
+  xk, xv = (jnp.where(past[:, :, None, None], 0.0, _normal(s, (bsz, cap, hkv, dim)))
+            for s in (34, 35))
+  k, v = _kv("e4m3_block", xk), _kv("e4m3", xv, scale=jnp.float32(30.0))
+  q = _normal(36, (bsz, 70, hkv * 2, dim))
+  qpos = _chunk(lengths, 70)
+  run = lambda k, v, **kw: _attend(q, k, v, lengths, causal=True, q_positions=qpos,
+                                   compute="fp8", **kw)
+  a, la = run(k, v)
+  b, lb = run(spoil_words(k, past), spoil_words(v, past))
+  assert np.all(np.isfinite(np.asarray(b)))
+  np.testing.assert_array_equal(np.asarray(b).view(np.uint32), np.asarray(a).view(np.uint32))
+  (pk, table), (pv, _) = _paged(k, 16, 37), _paged(v, 16, 37)
+  c, lc = run(pk, pv, block_tables=table)
+  np.testing.assert_array_equal(np.asarray(c).view(np.uint32), np.asarray(a).view(np.uint32))
+  np.testing.assert_array_equal(np.asarray(lc), np.asarray(la))
+
+
 def _meta(fmt, shape, **kw):
   return _kv(fmt, jnp.zeros(shape, jnp.float32), **kw)
 
@@ -178,8 +229,14 @@ def test_errors():
   with pytest.raises(ValueError, match="cover the whole head"):
     x = fp8lab.quantize(jnp.zeros((bsz, cap, hkv, 64)), "e4m3_block", block_shape=(32,))
     _attend(q, x, x, np.full(bsz, cap))
-  with pytest.raises(ValueError, match="computes in bfloat16"):
-    _attend(q, e4, e4, np.full(bsz, cap), compute="fp8")
+  with pytest.raises(ValueError, match="computes in bfloat16 semantics or with e4m3"):
+    _attend(q, e4, e4, np.full(bsz, cap), compute="f32")
+  with pytest.raises(ValueError, match="compute='fp8' takes K and V in e4m3"):
+    _attend(q, e4, _meta("e5m2_block", (bsz, cap, hkv, 64)), np.full(bsz, cap), compute="fp8")
+  with pytest.raises(ValueError, match="p_regs goes with compute='bf16'"):
+    MP.PrefillMosaicConfig(p_regs=True, compute="fp8")
+  with pytest.raises(ValueError, match="compute must be one of"):
+    MP.PrefillMosaicConfig(compute="f32")
   with pytest.raises(ValueError, match="multiple of 8 positions"):
     x = _meta("e4m3", (bsz, cap - 3, hkv, 64))
     _attend(q, x, x, np.full(bsz, cap - 3))
@@ -199,12 +256,13 @@ def test_errors():
 
 
 @pytest.mark.parametrize("dim", [64, 128, 256])
-def test_default_launch_fits_shared_memory(dim):
+@pytest.mark.parametrize("compute", ["bf16", "fp8"])
+def test_default_launch_fits_shared_memory(dim, compute):
   """The compiled default's scratch (smem_bytes: Mosaic's own count at these shapes was
   within 2.1 KB above it) leaves room for two programs per SM up to D = 128, one at 256,
-  in the H200's / H100's 228 KB."""
-  cfg = MP.prefill_mosaic_config(dim)
-  assert cfg.p_regs and cfg.stages >= 2
+  in the H200's / H100's 228 KB; p from registers in the bf16 mode."""
+  cfg = MP.prefill_mosaic_config(dim, compute=compute)
+  assert cfg.compute == compute and cfg.p_regs == (compute == "bf16") and cfg.stages >= 2
   per_sm = 2 if dim <= 128 else 1
   assert per_sm * (MP.smem_bytes(cfg, dim) + 8 * 1024) <= 228 * 1024
 

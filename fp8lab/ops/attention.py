@@ -46,7 +46,7 @@ HEAD_DIMS = (64, 128, 256)
 _SDPA_IMPLEMENTATIONS = ("xla", "cudnn")
 # "mosaic": the Mosaic GPU kernels (Hopper and later, or interpret=True): the decode kernel
 # (fp8lab/kernels/attention/mosaic.py) for the decode calls its mosaic_serves takes, the
-# prefill kernel (mosaic_prefill.py) for the others with compute None or "bf16" that
+# prefill kernel (mosaic_prefill.py) for the others with compute None, "bf16" or "fp8" that
 # prefill_mosaic_serves takes.
 _MOSAIC = "mosaic"
 _IMPLEMENTATIONS = (None, *_op.KERNEL_IMPLEMENTATIONS, _MOSAIC, *_SDPA_IMPLEMENTATIONS,
@@ -134,12 +134,15 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       from Hopper on); causal with q_positions becomes a (B, 1, Tq, S) mask there, which
       cuDNN reads as a bias for every head (slower than causal=True without q_positions).
       A NaN at a causally masked position within the length may not reach their output.
-      "mosaic" (Hopper, or interpret=True: the Mosaic GPU interpreter): contiguous e4m3 /
-      e5m2 caches per tensor or per token and head (block D); decode-sized calls with
-      compute None or "f32" take the Mosaic decode kernel (float16 dots on the exact codes,
-      q and p as float16 hi + lo parts), the others with compute None or "bf16" the Mosaic
-      prefill kernel (q rounded to bfloat16, float16 dots on the exact codes, P rounded to
-      float16, float32 softmax and accumulation); docs/attention_kernel.md sections 6, 7.
+      "mosaic" (Hopper, or interpret=True: the Mosaic GPU interpreter): e4m3 / e5m2 caches
+      per tensor or per token and head (block D); decode-sized calls with compute None or
+      "f32" take the Mosaic decode kernel (contiguous caches; float16 dots on the exact
+      codes, q and p as float16 hi + lo parts), the others with compute None or "bf16" the
+      Mosaic prefill kernel (contiguous or paged; q rounded to bfloat16, float16 dots on the
+      exact codes, P rounded to float16, float32 softmax and accumulation), and with
+      compute="fp8" its FP8 mode (the arithmetic of the "fp8" above, but V's per-token
+      factors over one power of two per row and head instead of per block);
+      docs/attention_kernel.md sections 6, 7.
     interpret: run the Pallas kernel in interpret mode (CPU).
 
   Returns:
@@ -226,12 +229,9 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     if decode:
       why = attn_kernel.mosaic_serves(kplan, vplan, tq=tq, group=hq // hkv, kv_heads=hkv,
                                       paged=paged, capacity=capacity)
-    elif compute not in (None, "bf16"):
-      why = (f"its prefill kernel computes in bfloat16 semantics (compute None or 'bf16'), "
-             f"got compute={compute!r}")
     else:
       why = attn_kernel.prefill_mosaic_serves(kplan, vplan, paged=paged, capacity=capacity,
-                                              page_size=page_size)
+                                              page_size=page_size, compute=compute)
     if why:
       raise ValueError(f"attention: implementation='mosaic' does not take this call: {why}")
   if impl in _SDPA_IMPLEMENTATIONS and compute not in (None, "bf16"):
@@ -245,7 +245,8 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     raise ValueError(f"attention: {LAYOUT_ENV} must be one of {attn_kernel.LAYOUTS}, got "
                      f"{layout!r}")
   mode = (f"sdpa:{masking}:{'full' if full else 'lengths'}" if impl in _SDPA_IMPLEMENTATIONS
-          else ("mosaic" if decode else "mosaic:prefill") if impl == _MOSAIC
+          else ("mosaic" if decode else f"mosaic:prefill:{compute or 'bf16'}")
+          if impl == _MOSAIC
           else _kernel_mode(tq * (hq // hkv), compute, dots, layout))
   o, lse = _attention(impl, interpret, float(sm_scale), page_size, mode, q, k, v, kv_lengths,
                       q_positions, block_tables)
@@ -590,8 +591,8 @@ def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positi
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 
-def _mosaic_prefill_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions,
-                         table=None):
+def _mosaic_prefill_call(interpret: bool, sm_scale: float, compute: str, q, k, v, kv_lengths,
+                         q_positions, table=None):
   """The Mosaic GPU prefill kernel on (B, Tq, Hq, D) over a contiguous cache or a page pool
   and its table, with q rotated for a Hadamard-rotated K and o rotated back for a rotated
   V, as _mosaic_call does."""
@@ -602,7 +603,7 @@ def _mosaic_prefill_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, 
       qk, q_positions, kv_lengths, k, v, table, kplan=attn_kernel.kv_plan(k, dim),
       vplan=attn_kernel.kv_plan(v, dim), group=hq // k.shape[2],
       capacity=_capacity(k, table, k.shape[1]),
-      sm_scale=sm_scale, config=attn_kernel.prefill_mosaic_config(dim, interpret),
+      sm_scale=sm_scale, config=attn_kernel.prefill_mosaic_config(dim, interpret, compute),
       out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
   return _unrotate_o(v, o).astype(q.dtype), lse
 
@@ -662,8 +663,8 @@ def _batched(implementation: str, interpret: bool, sm_scale: float, page_size: i
     def call(q, k, v, kv_lengths, q_positions, table):
       del table                        # contiguous caches only (mosaic_serves)
       return _mosaic_call(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
-  elif implementation == _MOSAIC:
-    call = functools.partial(_mosaic_prefill_call, interpret, sm_scale)
+  elif implementation == _MOSAIC:               # "mosaic:prefill:<compute>"
+    call = functools.partial(_mosaic_prefill_call, interpret, sm_scale, mode.split(":")[2])
   else:
     call = functools.partial(_pallas_call, interpret, sm_scale, page_size, mode)
 

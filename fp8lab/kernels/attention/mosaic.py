@@ -47,7 +47,7 @@ from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2
 
 __all__ = ["MosaicConfig", "mosaic_config", "mosaic_serves", "mosaic_partials", "smem_bytes",
            "attention_mosaic", "MOSAIC_ELEMENTS", "to_f16", "fp8_cache_reason",
-           "interpret_params"]
+           "interpret_params", "q_rows"]
 
 # The element formats the kernel decodes (the fp8 -> float16 converts take both).
 MOSAIC_ELEMENTS = ("e4m3", "e5m2")
@@ -173,17 +173,22 @@ def _fp8_view(words: jax.Array, elem) -> jax.Array:
   return x.reshape(words.shape[:-1] + (words.shape[-1] * 4,))
 
 
+def q_rows(q, group: int, n: int):
+  """q (B, Tq, Hq, D) as (B, Hkv, n, D): row r = t * group + g is token t of query head
+  h * group + g of KV head h; rows past Tq * group are zero."""
+  bsz, tq, hq, dim = q.shape
+  hkv = hq // group
+  x = q.reshape(bsz, tq, hkv, group, dim).transpose(0, 2, 1, 3, 4)
+  x = x.reshape(bsz, hkv, tq * group, dim)
+  return jnp.pad(x, ((0, 0), (0, 0), (0, n - tq * group), (0, 0)))
+
+
 def _q_columns(q, group: int, n: int):
   """q (B, Tq, Hq, D) as the kernel's B operand: (B, Hkv, parts, n, D) float16 (column
   r = t * group + g: token t, query head h * group + g; columns past Tq * group are zero)
   and each column's 2^-s (B, Hkv, n) float32, s putting the column's largest |q| into
   [2^14, 2^15): one part for bfloat16 q (exact), hi + lo for float32 / float16 q."""
-  bsz, tq, hq, dim = q.shape
-  hkv = hq // group
-  x = q.reshape(bsz, tq, hkv, group, dim).transpose(0, 2, 1, 3, 4)
-  x = x.reshape(bsz, hkv, tq * group, dim)
-  x = jnp.pad(x, ((0, 0), (0, 0), (0, n - tq * group), (0, 0)))
-  x32 = x.astype(jnp.float32)
+  x32 = q_rows(q, group, n).astype(jnp.float32)
   sh = _f16_shift(jnp.max(jnp.abs(x32), axis=-1))                         # (B, Hkv, n)
   xs = _scale_pow2(x32, sh[..., None])
   parts = [xs.astype(jnp.float16)] if q.dtype == jnp.bfloat16 else _f16_parts(xs)

@@ -44,7 +44,9 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
 from fp8lab.kernels.attention.mosaic import (_fp8_dtype, _fp8_view, _q_columns, _tiles,
-                                             fp8_cache_reason, interpret_params, to_f16)
+                                             fp8_cache_reason, interpret_params, q_rows, to_f16)
+from fp8lab.kernels.attention.prefill import (P_LOG2, Q_LOG2_TOP, exp2_clipped, fp8_serves,
+                                              log2_floor)
 from fp8lab.kernels.gemv.operands import _exp2_exact
 
 __all__ = ["PrefillMosaicConfig", "prefill_mosaic_config", "prefill_mosaic_serves",
@@ -52,6 +54,8 @@ __all__ = ["PrefillMosaicConfig", "prefill_mosaic_config", "prefill_mosaic_serve
 
 # Query rows per program (wgmma's M: one warpgroup).
 BLOCK_Q = 64
+# The kernel's arithmetic (compute=): "bf16" (float16 tiles) or "fp8" (e4m3 dots).
+MOSAIC_PREFILL_COMPUTE = ("bf16", "fp8")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,12 +63,20 @@ class PrefillMosaicConfig:
   """Launch parameters: block_k positions per step (64 or 128: wgmma's N of the scores),
   `stages` TMA slots in flight; p_regs: p goes to the P V wgmma from registers (compiled
   only: the Mosaic interpreter takes wgmma operands from shared memory) instead of through
-  a float16 tile."""
+  a float16 tile (compute "bf16" only); compute: "bf16" (float16 tiles of the codes, float16
+  wgmma) or "fp8" (the e4m3 codes themselves, e4m3 q and P: FP8 wgmma)."""
   block_k: int = 64
   stages: int = 2
   p_regs: bool = False
+  compute: str = "bf16"
 
   def __post_init__(self):
+    if self.compute not in MOSAIC_PREFILL_COMPUTE:
+      raise ValueError(f"PrefillMosaicConfig.compute must be one of {MOSAIC_PREFILL_COMPUTE}, "
+                       f"got {self.compute!r}")
+    if self.compute == "fp8" and self.p_regs:
+      raise ValueError("PrefillMosaicConfig.p_regs goes with compute='bf16' (the fp8 mode's P "
+                       "goes through shared memory)")
     if self.block_k not in (64, 128):
       raise ValueError(f"PrefillMosaicConfig.block_k must be 64 or 128, got {self.block_k!r}")
     if not (isinstance(self.stages, int) and 1 <= self.stages <= 8):
@@ -73,36 +85,48 @@ class PrefillMosaicConfig:
 
 
 def prefill_mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, paged: bool, capacity: int,
-                          page_size: int = 0) -> str | None:
+                          page_size: int = 0, compute: str | None = None) -> str | None:
   """None where the kernel takes the call, else why not (a sentence): mosaic.fp8_cache_reason
   with paged caches allowed (pages of 8 .. 32 positions, 64 or a multiple of 64); any Hkv
-  (the scale slices are 1D)."""
+  (the scale slices are 1D); compute None / "bf16" / "fp8" (e4m3 K and V: fp8_serves)."""
+  if compute not in (None, *MOSAIC_PREFILL_COMPUTE):
+    return (f"its prefill kernel computes in bfloat16 semantics or with e4m3 dots (compute "
+            f"None, 'bf16' or 'fp8'), got compute={compute!r}")
+  if compute == "fp8" and not (fp8_serves(kplan) and fp8_serves(vplan)):
+    return "compute='fp8' takes K and V in e4m3 per tensor or per token and head"
   return fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity, page_size=page_size)
 
 
-def prefill_mosaic_config(dim: int, interpret: bool = False) -> PrefillMosaicConfig:
+def prefill_mosaic_config(dim: int, interpret: bool = False,
+                          compute: str | None = None) -> PrefillMosaicConfig:
   """The default launch (not tuned: no GPU has run this kernel yet): block_k 64, 2 stages
   (smem_bytes 82 KB at D = 128: two programs per SM), p from registers compiled
-  (JAX's Mosaic GPU flash attention's operand), through shared memory in interpret mode."""
+  (JAX's Mosaic GPU flash attention's operand), through shared memory in interpret mode
+  and for compute="fp8"."""
   del dim
-  return PrefillMosaicConfig(block_k=64, stages=2, p_regs=not interpret)
+  fp8 = compute == "fp8"
+  return PrefillMosaicConfig(block_k=64, stages=2, p_regs=not (interpret or fp8),
+                             compute="fp8" if fp8 else "bf16")
 
 
 def smem_bytes(cfg: PrefillMosaicConfig, dim: int) -> int:
   """The kernel's scratch bytes: per stage K's and V's codes and scales, q's tile, and the
-  larger of the loop's tiles (float16 K, V and p) and the output's (o, m, l), which share
-  their memory."""
+  larger of the loop's tiles (float16 K, V and p; fp8: e4m3 p) and the output's (o, m, l),
+  which share their memory."""
   bk = cfg.block_k
+  fp8 = cfg.compute == "fp8"
   stage = 2 * bk * dim + 2 * bk * 4
-  loop = 2 * bk * dim * 2 + (8 if cfg.p_regs else BLOCK_Q) * bk * 2
+  loop = (BLOCK_Q * bk if fp8 else
+          2 * bk * dim * 2 + (8 if cfg.p_regs else BLOCK_Q) * bk * 2)
   out = BLOCK_Q * dim * 4 + 2 * BLOCK_Q * 4
-  return cfg.stages * stage + BLOCK_Q * dim * 2 + max(loop, out)
+  return cfg.stages * stage + BLOCK_Q * dim * (1 if fp8 else 2) + max(loop, out)
 
 
 def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks_ref, v_ref,
             vs_ref, o_ref, m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, q_bar,
             kv_bar, *, dim: int, kv_heads: int, n_q_blocks: int, block_k: int, stages: int,
-            k_block: bool, v_block: bool, p_regs: bool, page_size: int, n_pages: int):
+            k_block: bool, v_block: bool, p_regs: bool, page_size: int, n_pages: int,
+            fp8: bool):
   wg = plgpu.Layout.WGMMA
   col_l, row_l = wg.reduce(0), wg.reduce(1)
   i, b, h = lax.axis_index("q"), lax.axis_index("b"), lax.axis_index("h")
@@ -111,20 +135,25 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks
   n_full = full_ref[b * n_q_blocks + j]        # blocks that every row sees whole: no mask
   n_iter = (jnp.maximum(end, 0) + (block_k - 1)) // block_k
 
+  def cache_copy(ref, dst, step, slot):   # block `step` of a (B, S, Hkv, D) cache or pool
+    if not page_size:
+      plgpu.copy_gmem_to_smem(ref.at[b, pl.ds(step * block_k, block_k), h], dst.at[slot],
+                              kv_bar.at[slot])
+      return
+    span = min(page_size, block_k)     # one copy per page (or slice of a page) of the block
+    for c in range(block_k // span):
+      p0 = step * block_k + c * span
+      page = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
+      plgpu.copy_gmem_to_smem(ref.at[page, pl.ds(lax.rem(p0, page_size), span), h],
+                              dst.at[slot, pl.ds(c * span, span)], kv_bar.at[slot])
+
   def issue(step, slot):               # the TMA copies of block `step` into `slot`
     rows = pl.ds(step * block_k, block_k)
-    if not page_size:
-      plgpu.copy_gmem_to_smem(k_ref.at[b, rows, h], k_smem.at[slot], kv_bar.at[slot])
-      plgpu.copy_gmem_to_smem(v_ref.at[b, rows, h], v_smem.at[slot], kv_bar.at[slot])
-    else:                              # one copy per page (or one slice of a page) of the block
-      span = min(page_size, block_k)
-      for c in range(block_k // span):
-        p0 = step * block_k + c * span
-        page = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
-        src = pl.ds(lax.rem(p0, page_size), span)
-        dst = pl.ds(c * span, span)
-        plgpu.copy_gmem_to_smem(k_ref.at[page, src, h], k_smem.at[slot, dst], kv_bar.at[slot])
-        plgpu.copy_gmem_to_smem(v_ref.at[page, src, h], v_smem.at[slot, dst], kv_bar.at[slot])
+    cache_copy(k_ref, k_smem, step, slot)
+    if fp8:                            # V^T (D, block_k) codes, made (and gathered) outside
+      plgpu.copy_gmem_to_smem(v_ref.at[b, h, :, rows], v_smem.at[slot], kv_bar.at[slot])
+    else:
+      cache_copy(v_ref, v_smem, step, slot)
     if k_block:
       plgpu.copy_gmem_to_smem(ks_ref.at[b, h, rows], ks_smem.at[slot], kv_bar.at[slot])
     if v_block:
@@ -143,11 +172,15 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks
     slot = lax.rem(it, stages)
     p0 = it * block_k
     plgpu.barrier_wait(kv_bar.at[slot])
-    to_f16(k_smem.at[slot], k16_smem)
-    plgpu.commit_smem()
+    if fp8:                            # the e4m3 codes are the wgmma operand
+      k_op = k_smem.at[slot]
+    else:
+      to_f16(k_smem.at[slot], k16_smem)
+      plgpu.commit_smem()
+      k_op = k16_smem
 
     def qk(acc):
-      plgpu.wgmma(acc, q_smem, k16_smem.T)
+      plgpu.wgmma(acc, q_smem, k_op.T)
       plgpu.wgmma_wait(0)
       return acc[...]
     s = pl.run_scoped(qk, plgpu.ACC(shape, jnp.float32))
@@ -172,18 +205,23 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks
       t = p * lax.broadcast_in_dim(vs, shape, [1])
     else:
       t = p
-    if masked:
-      vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k, dim), 0, layout=wg)
-      to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
+    if fp8:                            # P times 2^8 (< 256) in e4m3; V^T zeroed past the length
+      p_smem[...] = (t * jnp.float32(2.0 ** P_LOG2)).astype(jnp.float8_e4m3fn)
+      p_op, v_op = p_smem, v_smem.at[slot].T
     else:
-      to_f16(v_smem.at[slot], v16_smem)
-    p16 = t.astype(jnp.float16)
-    if not p_regs:
-      p_smem[...] = p16
+      if masked:
+        vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k, dim), 0, layout=wg)
+        to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
+      else:
+        to_f16(v_smem.at[slot], v16_smem)
+      p16 = t.astype(jnp.float16)
+      if not p_regs:
+        p_smem[...] = p16
+      p_op, v_op = (p16 if p_regs else p_smem), v16_smem
     plgpu.commit_smem()
 
     def pv(acc):
-      plgpu.wgmma(acc, p16 if p_regs else p_smem, v16_smem)
+      plgpu.wgmma(acc, p_op, v_op)
       plgpu.wgmma_wait(0)
       return acc[...]
     o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + pl.run_scoped(
@@ -199,12 +237,17 @@ def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks
     carry = lax.fori_loop(0, n_full, functools.partial(body, masked=False), (o0, m0, l0))
     return lax.fori_loop(n_full, n_iter, functools.partial(body, masked=True), carry)
 
-  # the loop's float16 tiles, then the output tiles, in the same shared memory
-  o, m, l = pl.run_scoped(
-      loop, plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
-      plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
-      plgpu.SMEM((8, block_k) if p_regs else (BLOCK_Q, block_k), jnp.float16,
-                 transforms=_tiles(jnp.float16, block_k)))
+  # the loop's tiles (float16 K, V, p; fp8: e4m3 p), then the output's, in the same memory
+  if fp8:
+    o, m, l = pl.run_scoped(
+        lambda p_smem: loop(None, None, p_smem),
+        plgpu.SMEM((BLOCK_Q, block_k), jnp.float8_e4m3fn, transforms=_tiles(jnp.uint8, block_k)))
+  else:
+    o, m, l = pl.run_scoped(
+        loop, plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+        plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+        plgpu.SMEM((8, block_k) if p_regs else (BLOCK_Q, block_k), jnp.float16,
+                   transforms=_tiles(jnp.float16, block_k)))
   inv = jnp.where(l > 0, of_ref[b * kv_heads + h] / jnp.where(l > 0, l, 1.0), 0.0)
 
   def store(o_smem, ml_smem):
@@ -230,6 +273,35 @@ def _position_scales(x, table, bsz: int, capacity: int, block_k: int):
     s = s[table].reshape(bsz, capacity, hkv)
   s = s.transpose(0, 2, 1)
   return jnp.pad(s, ((0, 0), (0, 0), (0, -(-capacity // block_k) * block_k - capacity)))
+
+
+def _q_e4m3(q, group: int, n: int):
+  """compute="fp8": q's rows (mosaic.q_rows) times 2^(7 - floor(log2 max|q|)) per row (exact:
+  |q| < 256) rounded to e4m3 (nearest even; never saturating), and each row's inverse power
+  of two: the Triton prefill kernel's rounding of q, done here by XLA."""
+  x = q_rows(q, group, n).astype(jnp.float32)
+  e = log2_floor(jnp.max(jnp.abs(x), axis=-1))
+  q8 = (x * exp2_clipped(Q_LOG2_TOP - e)[..., None]).astype(jnp.float8_e4m3fn)
+  return q8, exp2_clipped(e - Q_LOG2_TOP)
+
+
+def _v_transposed(v, table, kv_len, bsz: int, capacity: int, block_k: int):
+  """compute="fp8": V's e4m3 codes (a cache, or a page pool gathered through the table) as
+  (B, Hkv, D, S') float8_e4m3fn, S' the capacity rounded up to block_k, zero at and past
+  each row's length: the P V wgmma takes V with the positions contiguous (FP8 wgmma has no
+  transposed operands, and Mosaic no 8-bit transposed shared-memory access on Hopper).
+  One XLA pass over V's bytes."""
+  codes = lax.bitcast_convert_type(v.data, jnp.uint8)          # byte j of a word: code j
+  codes = codes.reshape(v.data.shape[:-1] + (v.data.shape[-1] * 4,))
+  hkv, dim = codes.shape[2], codes.shape[3]
+  if table is not None:
+    codes = codes[table].reshape(bsz, capacity, hkv, dim)
+  pos = jnp.arange(capacity, dtype=jnp.int32)
+  codes = jnp.where(pos[None, :, None, None] < kv_len[:, None, None, None], codes,
+                    jnp.uint8(0))
+  codes = jnp.pad(codes, ((0, 0), (0, -(-capacity // block_k) * block_k - capacity),
+                          (0, 0), (0, 0)))
+  return lax.bitcast_convert_type(codes.transpose(0, 2, 3, 1), jnp.float8_e4m3fn)
 
 
 def _v_bound(vs, kv_len):
@@ -263,9 +335,13 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
   nqb = -(-rows // BLOCK_Q)
   bk = config.block_k
   kv_len = jnp.clip(kv_len.astype(jnp.int32), 0, capacity)
-  # q rounded to bfloat16 (compute="bf16"), one exact float16 part per row
-  q16, unscale = _q_columns(q.astype(jnp.bfloat16), group, nqb * BLOCK_Q)
-  q16 = q16[:, :, 0].reshape(bsz, hkv, nqb, BLOCK_Q, dim)
+  fp8 = config.compute == "fp8"
+  if fp8:                              # q in e4m3 per row
+    q_op, unscale = _q_e4m3(q, group, nqb * BLOCK_Q)
+  else:                                # q rounded to bfloat16, one exact float16 part per row
+    q_op, unscale = _q_columns(q.astype(jnp.bfloat16), group, nqb * BLOCK_Q)
+    q_op = q_op[:, :, 0]
+  q_op = q_op.reshape(bsz, hkv, nqb, BLOCK_Q, dim)
   factor = unscale * jnp.float32(sm_scale)
   if kplan.kind == "tensor":
     factor = factor * jnp.asarray(k.tensor_scale, jnp.float32)
@@ -290,24 +366,33 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
   else:
     vs = dummy
     out_factor = jnp.broadcast_to(jnp.asarray(v.tensor_scale, jnp.float32), (bsz * hkv,))
-  kd, vd = _fp8_view(k.data, kplan.elem), _fp8_view(v.data, vplan.elem)
+  kd = _fp8_view(k.data, kplan.elem)
+  if fp8:
+    vd = _v_transposed(v, table, kv_len, bsz, capacity, bk)
+    out_factor = out_factor * jnp.float32(2.0 ** -P_LOG2)
+  else:
+    vd = _fp8_view(v.data, vplan.elem)
   stages = config.stages
-  # TMA copies of K (and of V) per block: one, or one per page the block spans
+  # TMA copies of K (and of V but for fp8's V^T) per block: one, or one per page it spans
   copies = 1 if table is None else max(1, bk // k.shape[1])
+  q_type = jnp.float8_e4m3fn if fp8 else jnp.float16
   scratch = [
-      plgpu.SMEM((BLOCK_Q, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
+      plgpu.SMEM((BLOCK_Q, dim), q_type, transforms=_tiles(q_type, dim)),
       plgpu.SMEM((stages, bk, dim), _fp8_dtype(kplan.elem), transforms=_tiles(jnp.uint8, dim)),
-      plgpu.SMEM((stages, bk, dim), _fp8_dtype(vplan.elem), transforms=_tiles(jnp.uint8, dim)),
+      plgpu.SMEM((stages, dim, bk), jnp.float8_e4m3fn, transforms=_tiles(jnp.uint8, bk)) if fp8
+      else plgpu.SMEM((stages, bk, dim), _fp8_dtype(vplan.elem),
+                      transforms=_tiles(jnp.uint8, dim)),
       plgpu.SMEM((stages, bk) if k_block else (1, 8), jnp.float32),
       plgpu.SMEM((stages, bk) if v_block else (1, 8), jnp.float32),
       plgpu.Barrier(num_barriers=1),
-      plgpu.Barrier(num_arrivals=2 * copies + k_block + v_block, num_barriers=stages),
+      plgpu.Barrier(num_arrivals=copies + (1 if fp8 else copies) + k_block + v_block,
+                    num_barriers=stages),
   ]
   kernel = functools.partial(
       _kernel, dim=dim, kv_heads=hkv, n_q_blocks=nqb, block_k=bk, stages=stages,
       k_block=k_block, v_block=v_block, p_regs=config.p_regs,
       page_size=0 if table is None else k.shape[1],
-      n_pages=1 if table is None else table.shape[1])
+      n_pages=1 if table is None else table.shape[1], fp8=fp8)
   grid = (nqb, bsz, hkv)
   out = (bsz, hkv, nqb, BLOCK_Q)
   o, m, l = plgpu.kernel(
@@ -316,8 +401,8 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
                 jax.ShapeDtypeStruct(out, jnp.float32), jax.ShapeDtypeStruct(out, jnp.float32)),
       scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"),
       interpret=interpret_params(interpret),
-      kernel_name=f"fp8lab_prefill_mosaic_{kplan.kind}_{vplan.kind}",
-  )(q16, factor, out_factor, qp, end, full,
+      kernel_name=f"fp8lab_prefill_mosaic_{config.compute}_{kplan.kind}_{vplan.kind}",
+  )(q_op, factor, out_factor, qp, end, full,
     jnp.zeros((1,), jnp.int32) if table is None else table.astype(jnp.int32).reshape(-1),
     kd, ks, vd, vs)
   # rows r = t * group + g of KV head h -> (B, Tq, Hq = h * group + g)

@@ -51,8 +51,8 @@ __all__ = ["PrefillConfig", "prefill_config", "prefill_pallas", "PREFILL_COMPUTE
 PREFILL_COMPUTE = ("bf16", "f32", "fp8")
 # compute="fp8": q scaled per row by a power of two into [128, 256), P (in [0, 1]) by 2^8:
 # both well inside e4m3's range (max 448), so the saturating fp8 casts never saturate.
-_Q_LOG2_TOP = 7
-_P_LOG2 = 8
+Q_LOG2_TOP = 7
+P_LOG2 = 8
 # tl.dot's smallest M / N.
 _MIN_BLOCK = 16
 
@@ -84,13 +84,13 @@ def fp8_serves(plan: KVPlan) -> bool:
                                 or (plan.kind == "block" and plan.block_len == plan.dim))
 
 
-def _log2_floor(x):
+def log2_floor(x):
   """floor(log2(x)) of float32 x > 0 (normals; -127 for 0 and subnormals), integer ops."""
   bits = lax.bitcast_convert_type(x, jnp.uint32)
   return ((bits >> jnp.uint32(23)) & jnp.uint32(0xFF)).astype(jnp.int32) - 127
 
 
-def _exp2(e):
+def exp2_clipped(e):
   """float32 2^e for int32 e, clipped to the normal range (integer ops: exact)."""
   field = (jnp.clip(e, -126, 127) + 127).astype(jnp.uint32) << jnp.uint32(23)
   return lax.bitcast_convert_type(field, jnp.float32)
@@ -158,9 +158,9 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
     # q per row (token, head) times 2^(7 - floor(log2 amax)): |q| < 256, exact; then e4m3
     # (round to nearest even); the scores are multiplied back by the inverse power of two.
     qf = q.astype(jnp.float32)
-    e_q = _log2_floor(jnp.max(jnp.abs(qf), axis=1))
-    q = (qf * _exp2(_Q_LOG2_TOP - e_q)[:, None]).astype(jnp.float8_e4m3fn)
-    q_inv = _exp2(e_q - _Q_LOG2_TOP)
+    e_q = log2_floor(jnp.max(jnp.abs(qf), axis=1))
+    q = (qf * exp2_clipped(Q_LOG2_TOP - e_q)[:, None]).astype(jnp.float8_e4m3fn)
+    q_inv = exp2_clipped(e_q - Q_LOG2_TOP)
   else:
     q = q.astype(jnp.bfloat16 if compute == "bf16" else jnp.float32)
   # Padding rows see nothing (position -1), so they never extend the loop.
@@ -203,14 +203,14 @@ def _kernel(*refs, kplan: KVPlan, vplan: KVPlan, paged: bool, kv_heads: int, gro
     m_new, alpha, p, l = softmax_step(s, valid, pos, qpos, m, l)
     if compute == "fp8":
       vb, v_pos, v_scalar = _load_e4m3(vplan, v_refs, rows_off, valid, block_k)
-      back = jnp.float32(2.0 ** -_P_LOG2)
+      back = jnp.float32(2.0 ** -P_LOG2)
       pp = p
       if v_pos is not None:
         # V's per-position factors into P, over a power of two >= their block max: < 1
-        e_v = _log2_floor(jnp.max(v_pos)) + 1
-        pp = p * (v_pos * _exp2(-e_v))[None, :]
-        back = back * _exp2(e_v)
-      p8 = (pp * jnp.float32(2.0 ** _P_LOG2)).astype(jnp.float8_e4m3fn)
+        e_v = log2_floor(jnp.max(v_pos)) + 1
+        pp = p * (v_pos * exp2_clipped(-e_v))[None, :]
+        back = back * exp2_clipped(e_v)
+      p8 = (pp * jnp.float32(2.0 ** P_LOG2)).astype(jnp.float8_e4m3fn)
       pv = jnp.dot(p8, vb, preferred_element_type=jnp.float32) * back
       if v_scalar is not None:
         pv = pv * v_scalar
