@@ -78,7 +78,7 @@ from benchmarks import cli  # noqa: E402
 from benchmarks import timing  # noqa: E402
 from benchmarks.run_info import default_out, git_commit, machine_info, write_json  # noqa: E402
 from benchmarks.timing import nbytes  # noqa: E402
-from fp8lab.ops.attention import DOTS_ENV  # noqa: E402
+from fp8lab.ops.attention import DOTS_ENV, MOSAIC_PREFILL_CONFIG_ENV  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,12 +138,15 @@ PREFILL_SIZES = tuple(n for n, z in SIZES.items() if z.prefill)
 @dataclasses.dataclass(frozen=True)
 class Case:
   """One fp8lab row: K and V in `fmt` (None: plain bfloat16 arrays), paged or not, and the
-  kernel's dot arithmetic (fp8lab.ops.attention.DOTS_ENV: "f32" or "bf16x3")."""
+  kernel's dot arithmetic (fp8lab.ops.attention.DOTS_ENV: "f32" or "bf16x3"); launch: the
+  Mosaic prefill kernel's (MOSAIC_PREFILL_CONFIG_ENV, "block_k:stages[:warpgroups]"), or ""
+  for its default."""
   fmt: str | None
   paged: bool = False
   dots: str = "f32"
   compute: str | None = None
   implementation: str = "pallas"
+  launch: str = ""
 
   def quantize(self, x):
     if self.fmt is None:
@@ -200,12 +203,20 @@ PREFILL_CASES: dict[str, Case] = {
     "mp_e5m2": Case("e5m2", compute="bf16", implementation="mosaic"),
     "mp_e4m3_block_fp8": Case("e4m3_block", compute="fp8", implementation="mosaic"),
     "mp_e4m3_fp8": Case("e4m3", compute="fp8", implementation="mosaic"),
+    # ..._ws: two compute warpgroups and a memory warpgroup per program (warpgroups=2)
+    "mp_e4m3_block_ws": Case("e4m3_block", compute="bf16", implementation="mosaic",
+                             launch="64:2:2"),
+    "mp_e4m3_ws": Case("e4m3", compute="bf16", implementation="mosaic", launch="64:2:2"),
+    "mp_e4m3_block_fp8_ws": Case("e4m3_block", compute="fp8", implementation="mosaic",
+                                 launch="64:2:2"),
+    "mp_e4m3_fp8_ws": Case("e4m3", compute="fp8", implementation="mosaic", launch="64:2:2"),
     # implementation="cudnn": K / V decoded to bfloat16 by XLA, then cuDNN's flash attention
     # (GPU only; the op's default for prefill on a GPU)
     **{f"cu_{fmt or 'bf16'}": Case(fmt, implementation="cudnn")
        for fmt in ("e4m3_block", "e4m3", "nvfp4", "mxfp4", "e5m2", None)},
 }
-PREFILL_DEFAULT = tuple(c for c in PREFILL_CASES if not c.endswith("_f32"))
+# (the _ws launches run compiled only: named with --prefill_cases)
+PREFILL_DEFAULT = tuple(c for c in PREFILL_CASES if not c.endswith(("_f32", "_ws")))
 PREFILL_BASELINES = ("matmul_bf16", "cudnn_bf16", "cudnn_fp8", "jax_pallas_mha", "jax_mgpu",
                      "xla_bf16")
 _GPU_ONLY = ("cudnn_bf16", "cudnn_fp8", "jax_mgpu")
@@ -307,17 +318,19 @@ def fp8lab_op(case: Case, interpret: bool, causal: bool = False) -> Callable[...
   """fp8lab.attention on (q, k, v[, table]). The dot arithmetic is read from DOTS_ENV when
   the op is traced (compile_unrolled traces it once), so it is set around the call."""
   def op(q, k, v, table=None):
-    old = os.environ.get(DOTS_ENV)
+    olds = {e: os.environ.get(e) for e in (DOTS_ENV, MOSAIC_PREFILL_CONFIG_ENV)}
     os.environ[DOTS_ENV] = case.dots
+    os.environ[MOSAIC_PREFILL_CONFIG_ENV] = case.launch
     try:
       return fp8lab.attention(q, k, v, block_tables=table, causal=causal,
                               compute=case.compute, implementation=case.implementation,
                               interpret=interpret)
     finally:
-      if old is None:
-        del os.environ[DOTS_ENV]
-      else:
-        os.environ[DOTS_ENV] = old
+      for e, old in olds.items():
+        if old is None:
+          del os.environ[e]
+        else:
+          os.environ[e] = old
   return op
 
 

@@ -12,6 +12,8 @@ tests, also inside it)."""
 
 from __future__ import annotations
 
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -237,6 +239,13 @@ def test_errors():
     MP.PrefillMosaicConfig(p_regs=True, compute="fp8")
   with pytest.raises(ValueError, match="compute must be one of"):
     MP.PrefillMosaicConfig(compute="f32")
+  with pytest.raises(ValueError, match="warpgroups must be 1 or 2"):
+    MP.PrefillMosaicConfig(warpgroups=3)
+  env = sys.modules["fp8lab.ops.attention"].MOSAIC_PREFILL_CONFIG_ENV
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setenv(env, "64")                 # read when the op is traced: a shape of its own
+    with pytest.raises(ValueError, match="block_k:stages"):
+      _attend(jnp.zeros((bsz, 71, hkv, 64), jnp.float32), e4, e4, np.full(bsz, cap))
   with pytest.raises(ValueError, match="multiple of 8 positions"):
     x = _meta("e4m3", (bsz, cap - 3, hkv, 64))
     _attend(q, x, x, np.full(bsz, cap - 3))
@@ -248,11 +257,11 @@ def test_errors():
     MP.PrefillMosaicConfig(block_k=32)
   with pytest.raises(ValueError, match="stages"):
     MP.PrefillMosaicConfig(stages=0)
-  with pytest.raises(ValueError, match="compiled only"):
-    MP.prefill_mosaic(q, jnp.zeros((bsz, 70), jnp.int32), jnp.full((bsz,), cap, jnp.int32),
-                      e4, e4, kplan=AK.kv_plan(e4, 64), vplan=AK.kv_plan(e4, 64), group=1,
-                      capacity=cap, sm_scale=0.125,
-                      config=MP.PrefillMosaicConfig(p_regs=True), interpret=True)
+  for cfg in (MP.PrefillMosaicConfig(p_regs=True), MP.PrefillMosaicConfig(warpgroups=2)):
+    with pytest.raises(ValueError, match="compiled only"):
+      MP.prefill_mosaic(q, jnp.zeros((bsz, 70), jnp.int32), jnp.full((bsz,), cap, jnp.int32),
+                        e4, e4, kplan=AK.kv_plan(e4, 64), vplan=AK.kv_plan(e4, 64), group=1,
+                        capacity=cap, sm_scale=0.125, config=cfg, interpret=True)
 
 
 @pytest.mark.parametrize("dim", [64, 128, 256])
@@ -268,21 +277,31 @@ def test_default_launch_fits_shared_memory(dim, compute):
 
 
 @gpu
-@pytest.mark.parametrize("block_k,stages,p_regs", [(64, 2, False), (64, 3, True),
-                                                   (128, 2, True)])
-def test_compiled_variants_match_reference(block_k, stages, p_regs):
-  """Launch variants compiled (p from registers, which the interpreter cannot run, and
-  wider blocks), against the bound."""
+@pytest.mark.parametrize("block_k,stages,p_regs,compute,wgs", [
+    (64, 2, False, "bf16", 1), (64, 3, True, "bf16", 1), (128, 2, True, "bf16", 1),
+    (64, 2, True, "bf16", 2), (64, 3, False, "bf16", 2), (64, 2, False, "fp8", 1),
+    (64, 2, False, "fp8", 2), (128, 2, False, "fp8", 2)])
+@pytest.mark.parametrize("causal", [True, False])
+def test_compiled_variants_match_reference(block_k, stages, p_regs, compute, wgs, causal):
+  """Launch variants compiled (p from registers and the two-warpgroup kernel, which the
+  interpreter does not run, and wider blocks), against the bound of their compute mode;
+  400 rows per KV head: 7 blocks of 64, so the two-warpgroup kernel gets a block of
+  padding rows only."""
   bsz, cap, hkv = SHAPE
   dim, group, tq = 128, 4, 100
   k = _kv("e4m3_block", _normal(21, (bsz, cap, hkv, dim)))
-  v = _kv("e5m2_block", _normal(22, (bsz, cap, hkv, dim)))
+  v = _kv("e4m3" if compute == "fp8" else "e5m2_block", _normal(22, (bsz, cap, hkv, dim)))
   q = _normal(23, (bsz, tq, hkv * group, dim)).astype(jnp.bfloat16)
   lengths = _lengths(bsz, cap)
-  qpos = _chunk(lengths, tq)
-  want, _, tol, _ = ref_prefill(q, k, v, lengths, qpos, "bf16")
-  cfg = MP.PrefillMosaicConfig(block_k=block_k, stages=stages, p_regs=p_regs)
-  o, _ = MP.prefill_mosaic(q, qpos, jnp.asarray(lengths), k, v, kplan=AK.kv_plan(k, dim),
+  qpos = _chunk(lengths, tq) if causal else None
+  if compute == "fp8":
+    want, _, tol, _ = ref_fp8(q, k, v, lengths, qpos)
+  else:
+    want, _, tol, _ = ref_prefill(q, k, v, lengths, qpos, "bf16")
+  cfg = MP.PrefillMosaicConfig(block_k=block_k, stages=stages, p_regs=p_regs, compute=compute,
+                               warpgroups=wgs)
+  o, _ = MP.prefill_mosaic(q, jnp.full((bsz, tq), AK.NO_LIMIT, jnp.int32) if qpos is None
+                           else qpos, jnp.asarray(lengths), k, v, kplan=AK.kv_plan(k, dim),
                            vplan=AK.kv_plan(v, dim), group=group, capacity=cap,
                            sm_scale=dim ** -0.5, config=cfg, out_dtype=jnp.float32)
   assert_close(o, want, tol, f"{cfg}")

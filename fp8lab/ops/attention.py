@@ -72,6 +72,8 @@ CONFIG_ENV = "FP8LAB_ATTENTION_CONFIG"
 # The Mosaic decode kernel's launch, read at each call: "block_s:stages[:split_mult[:p_parts]]"
 # (MosaicConfig fields; split_mult multiplies the default n_splits) instead of its default.
 MOSAIC_CONFIG_ENV = "FP8LAB_ATTENTION_MOSAIC_CONFIG"
+# The Mosaic prefill kernel's launch, "block_k:stages[:warpgroups]" (unset: the default).
+MOSAIC_PREFILL_CONFIG_ENV = "FP8LAB_ATTENTION_MOSAIC_PREFILL_CONFIG"
 # The kernels' arithmetic (the `compute` argument): "f32" IEEE float32 dots (the decode
 # kernel's, or the prefill kernel's float32 mode), "bf16" the prefill kernel's bfloat16 dots
 # with float32 softmax and accumulation, "fp8" the prefill kernel's e4m3 q / P / K / V dots.
@@ -603,7 +605,8 @@ def _mosaic_prefill_call(interpret: bool, sm_scale: float, compute: str, q, k, v
       qk, q_positions, kv_lengths, k, v, table, kplan=attn_kernel.kv_plan(k, dim),
       vplan=attn_kernel.kv_plan(v, dim), group=hq // k.shape[2],
       capacity=_capacity(k, table, k.shape[1]),
-      sm_scale=sm_scale, config=attn_kernel.prefill_mosaic_config(dim, interpret, compute),
+      sm_scale=sm_scale,
+      config=_mosaic_prefill_launch(attn_kernel.prefill_mosaic_config(dim, interpret, compute)),
       out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
   return _unrotate_o(v, o).astype(q.dtype), lse
 
@@ -633,6 +636,15 @@ def _mosaic_launch(cfg):
   return dataclasses.replace(cfg, block_s=f[0], stages=f[1],
                              p_parts=int(f[3]) if len(f) > 3 else cfg.p_parts,
                              n_splits=max(1, int(cfg.n_splits * mult)))
+
+
+def _mosaic_prefill_launch(cfg):
+  """cfg with MOSAIC_PREFILL_CONFIG_ENV's fields, if set: "block_k:stages[:warpgroups]"."""
+  f = _env_numbers(MOSAIC_PREFILL_CONFIG_ENV, "block_k:stages[:warpgroups]", 2, 3)
+  if f is None:
+    return cfg
+  return dataclasses.replace(cfg, block_k=f[0], stages=f[1],
+                             warpgroups=int(f[2]) if len(f) > 2 else cfg.warpgroups)
 
 
 def _launch_config(cfg):

@@ -54,6 +54,11 @@ __all__ = ["PrefillMosaicConfig", "prefill_mosaic_config", "prefill_mosaic_serve
 
 # Query rows per program (wgmma's M: one warpgroup).
 BLOCK_Q = 64
+# Warp specialisation: compute warpgroups per program (64 rows each) beside one that issues
+# the TMA copies; the compute and memory warpgroups' registers per thread (JAX's Mosaic GPU
+# attention's budget).
+COMPUTE_WGS = 2
+_COMPUTE_REGS, _MEMORY_REGS = 232, 40
 # The kernel's arithmetic (compute=): "bf16" (float16 tiles) or "fp8" (e4m3 dots).
 MOSAIC_PREFILL_COMPUTE = ("bf16", "fp8")
 
@@ -64,13 +69,19 @@ class PrefillMosaicConfig:
   `stages` TMA slots in flight; p_regs: p goes to the P V wgmma from registers (compiled
   only: the Mosaic interpreter takes wgmma operands from shared memory) instead of through
   a float16 tile (compute "bf16" only); compute: "bf16" (float16 tiles of the codes, float16
-  wgmma) or "fp8" (the e4m3 codes themselves, e4m3 q and P: FP8 wgmma)."""
+  wgmma) or "fp8" (the e4m3 codes themselves, e4m3 q and P: FP8 wgmma); warpgroups: 1 (one
+  warpgroup, 64 query rows per program, issuing its own copies) or 2 (two compute
+  warpgroups of 64 rows and a memory warpgroup issuing the copies: _kernel_ws)."""
   block_k: int = 64
   stages: int = 2
   p_regs: bool = False
   compute: str = "bf16"
+  warpgroups: int = 1
 
   def __post_init__(self):
+    if self.warpgroups not in (1, COMPUTE_WGS):
+      raise ValueError(f"PrefillMosaicConfig.warpgroups must be 1 or {COMPUTE_WGS}, got "
+                       f"{self.warpgroups!r}")
     if self.compute not in MOSAIC_PREFILL_COMPUTE:
       raise ValueError(f"PrefillMosaicConfig.compute must be one of {MOSAIC_PREFILL_COMPUTE}, "
                        f"got {self.compute!r}")
@@ -110,157 +121,294 @@ def prefill_mosaic_config(dim: int, interpret: bool = False,
 
 
 def smem_bytes(cfg: PrefillMosaicConfig, dim: int) -> int:
-  """The kernel's scratch bytes: per stage K's and V's codes and scales, q's tile, and the
-  larger of the loop's tiles (float16 K, V and p; fp8: e4m3 p) and the output's (o, m, l),
-  which share their memory."""
+  """The kernel's scratch bytes: per stage K's and V's codes and scales; per compute
+  warpgroup q's tile and the larger of the loop's tiles (float16 K, V and p; fp8: e4m3 p)
+  and the output's (o, m, l), which share their memory."""
   bk = cfg.block_k
   fp8 = cfg.compute == "fp8"
   stage = 2 * bk * dim + 2 * bk * 4
   loop = (BLOCK_Q * bk if fp8 else
           2 * bk * dim * 2 + (8 if cfg.p_regs else BLOCK_Q) * bk * 2)
   out = BLOCK_Q * dim * 4 + 2 * BLOCK_Q * 4
-  return cfg.stages * stage + BLOCK_Q * dim * (1 if fp8 else 2) + max(loop, out)
+  return cfg.stages * stage + cfg.warpgroups * (BLOCK_Q * dim * (1 if fp8 else 2)
+                                                + max(loop, out))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+  """The kernels' static parameters."""
+  dim: int
+  kv_heads: int
+  n_q_blocks: int        # 64-row query blocks
+  block_k: int
+  stages: int
+  k_block: bool
+  v_block: bool
+  p_regs: bool
+  page_size: int         # 0: a contiguous cache
+  n_pages: int
+  fp8: bool
+
+
+def _issuer(st: _Static, b, h, tab_ref, k_ref, ks_ref, v_ref, vs_ref, k_smem, v_smem, ks_smem,
+            vs_smem, kv_bar):
+  """issue(step, slot): the TMA copies of block `step` (K's and V's codes, their scales)
+  into ring slot `slot`, all arriving on kv_bar[slot]."""
+  bk = st.block_k
+
+  def cache_copy(ref, dst, step, slot):   # block `step` of a (B, S, Hkv, D) cache or pool
+    if not st.page_size:
+      plgpu.copy_gmem_to_smem(ref.at[b, pl.ds(step * bk, bk), h], dst.at[slot],
+                              kv_bar.at[slot])
+      return
+    span = min(st.page_size, bk)       # one copy per page (or slice of a page) of the block
+    for c in range(bk // span):
+      p0 = step * bk + c * span
+      page = tab_ref[b * st.n_pages + jnp.minimum(p0 // st.page_size, st.n_pages - 1)]
+      plgpu.copy_gmem_to_smem(ref.at[page, pl.ds(lax.rem(p0, st.page_size), span), h],
+                              dst.at[slot, pl.ds(c * span, span)], kv_bar.at[slot])
+
+  def issue(step, slot):
+    rows = pl.ds(step * bk, bk)
+    cache_copy(k_ref, k_smem, step, slot)
+    if st.fp8:                         # V^T (D, block_k) codes, made (and gathered) outside
+      plgpu.copy_gmem_to_smem(v_ref.at[b, h, :, rows], v_smem.at[slot], kv_bar.at[slot])
+    else:
+      cache_copy(v_ref, v_smem, step, slot)
+    if st.k_block:
+      plgpu.copy_gmem_to_smem(ks_ref.at[b, h, rows], ks_smem.at[slot], kv_bar.at[slot])
+    if st.v_block:
+      plgpu.copy_gmem_to_smem(vs_ref.at[b, h, rows], vs_smem.at[slot], kv_bar.at[slot])
+  return issue
+
+
+def _block_step(st: _Static, it, carry, *, q_smem, k_smem, v_smem, ks_smem, vs_smem, kv_bar,
+                k16_smem, v16_smem, p_smem, cf, qpos, end, masked: bool, release):
+  """One block of block_k positions for 64 query rows: wait for the block's copies, scores,
+  (mask,) online softmax, P V; release(it, slot) once the slot's data is no longer read.
+  carry = (o (64, D), m (64,), l (64,)) float32."""
+  wg = plgpu.Layout.WGMMA
+  col_l = wg.reduce(0)
+  o, m, lsum = carry
+  shape = (BLOCK_Q, st.block_k)
+  slot = lax.rem(it, st.stages)
+  p0 = it * st.block_k
+  plgpu.barrier_wait(kv_bar.at[slot])
+  if st.fp8:                           # the e4m3 codes are the wgmma operand
+    k_op = k_smem.at[slot]
+  else:
+    to_f16(k_smem.at[slot], k16_smem)
+    plgpu.commit_smem()
+    k_op = k16_smem
+
+  def qk(acc):
+    plgpu.wgmma(acc, q_smem, k_op.T)
+    plgpu.wgmma_wait(0)
+    return acc[...]
+  s = pl.run_scoped(qk, plgpu.ACC(shape, jnp.float32))
+  s = s * lax.broadcast_in_dim(cf, shape, [0])
+  if st.k_block:
+    ks = plgpu.load(ks_smem.at[slot], layout=col_l, optimized=False)
+    s = s * lax.broadcast_in_dim(ks, shape, [1])
+  if masked:
+    pos = p0 + plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=wg)
+    keep = (pos < end) & (pos <= lax.broadcast_in_dim(qpos, shape, [0]))
+    s = jnp.where(keep, s, -jnp.inf)
+  m_new = jnp.maximum(m, s.max(axis=1))
+  m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
+  alpha = jnp.exp(m - m_safe)
+  p = jnp.exp(s - lax.broadcast_in_dim(m_safe, shape, [0]))
+  lsum = alpha * lsum + p.sum(axis=1)
+  if st.v_block:                       # 0 past the length: a NaN scale there meets p = 0
+    vs = plgpu.load(vs_smem.at[slot], layout=col_l, optimized=False)
+    if masked:
+      in_len = p0 + plgpu.broadcasted_iota(jnp.int32, (st.block_k,), 0, layout=col_l) < end
+      vs = jnp.where(in_len, vs, 0.0)
+    t = p * lax.broadcast_in_dim(vs, shape, [1])
+  else:
+    t = p
+  if st.fp8:                           # P times 2^8 (< 256) in e4m3; V^T zeroed past the length
+    p_smem[...] = (t * jnp.float32(2.0 ** P_LOG2)).astype(jnp.float8_e4m3fn)
+    p_op, v_op = p_smem, v_smem.at[slot].T
+  else:
+    if masked:
+      vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (st.block_k, st.dim), 0, layout=wg)
+      to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
+    else:
+      to_f16(v_smem.at[slot], v16_smem)
+    p16 = t.astype(jnp.float16)
+    if not st.p_regs:
+      p_smem[...] = p16
+    p_op, v_op = (p16 if st.p_regs else p_smem), v16_smem
+  plgpu.commit_smem()
+
+  def pv(acc):
+    plgpu.wgmma(acc, p_op, v_op)
+    plgpu.wgmma_wait(0)
+    return acc[...]
+  o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + pl.run_scoped(
+      pv, plgpu.ACC((BLOCK_Q, st.dim), jnp.float32))
+  release(it, slot)
+  return o, m_new, lsum
+
+
+def _row_block(st: _Static, qb, b, h, cf_ref, qp_ref, end_ref, full_ref):
+  """Query block qb's (64 rows) row factors and positions, its loop end and its unmasked
+  block count."""
+  row_l = plgpu.Layout.WGMMA.reduce(1)
+  end = end_ref[b * st.n_q_blocks + qb]
+  n_full = full_ref[b * st.n_q_blocks + qb]     # blocks every row sees whole: no mask
+  cf = plgpu.load(cf_ref.at[b, h, qb], layout=row_l, optimized=False)
+  qpos = plgpu.load(qp_ref.at[b, qb], layout=row_l, optimized=False)
+  return end, n_full, cf, qpos
+
+
+def _n_blocks(st: _Static, end):
+  return (jnp.maximum(end, 0) + (st.block_k - 1)) // st.block_k
+
+
+def _attend_rows(st: _Static, n_full, n_iter, step_kw):
+  """The block loop of one warpgroup's 64 rows: the unmasked blocks, then the masked ones."""
+  wg = plgpu.Layout.WGMMA
+  body = functools.partial(_block_step, st, **step_kw)
+  o0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q, st.dim), jnp.float32), wg)
+  m0 = plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf, jnp.float32), wg.reduce(1))
+  l0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q,), jnp.float32), wg.reduce(1))
+  carry = lax.fori_loop(0, n_full, functools.partial(body, masked=False), (o0, m0, l0))
+  return lax.fori_loop(n_full, n_iter, functools.partial(body, masked=True), carry)
+
+
+def _store_rows(o, m, l, factor, o_smem, ml_smem, o_dst, m_dst, l_dst):
+  """o / l times the output factor (0 for a row that saw no key), m and l, through shared
+  memory to their GMEM slices."""
+  inv = jnp.where(l > 0, factor / jnp.where(l > 0, l, 1.0), 0.0)
+  o_smem[...] = o * lax.broadcast_in_dim(inv, o.shape, [0])
+  ml_smem[0] = m
+  ml_smem[1] = l
+  plgpu.commit_smem()
+  plgpu.copy_smem_to_gmem(o_smem, o_dst)
+  plgpu.copy_smem_to_gmem(ml_smem.at[0], m_dst)
+  plgpu.copy_smem_to_gmem(ml_smem.at[1], l_dst)
+  plgpu.wait_smem_to_gmem(0)
+
+
+def _loop_tiles(st: _Static, lead: tuple = ()):
+  """The loop's shared-memory tiles (float16 K, V and p; fp8: the e4m3 p tile), with
+  leading dims `lead` (one per warpgroup)."""
+  bk, dim = st.block_k, st.dim
+  if st.fp8:
+    return (None, None, plgpu.SMEM(lead + (BLOCK_Q, bk), jnp.float8_e4m3fn,
+                                   transforms=_tiles(jnp.uint8, bk)))
+  f16 = lambda shape, cols: plgpu.SMEM(lead + shape, jnp.float16,
+                                       transforms=_tiles(jnp.float16, cols))
+  return (f16((bk, dim), dim), f16((bk, dim), dim),
+          f16((8, bk) if st.p_regs else (BLOCK_Q, bk), bk))
 
 
 def _kernel(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks_ref, v_ref,
             vs_ref, o_ref, m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, q_bar,
-            kv_bar, *, dim: int, kv_heads: int, n_q_blocks: int, block_k: int, stages: int,
-            k_block: bool, v_block: bool, p_regs: bool, page_size: int, n_pages: int,
-            fp8: bool):
-  wg = plgpu.Layout.WGMMA
-  col_l, row_l = wg.reduce(0), wg.reduce(1)
+            kv_bar, *, st: _Static):
+  """One warpgroup per program: 64 query rows, the TMA copies issued `stages` blocks ahead
+  from the loop itself."""
   i, b, h = lax.axis_index("q"), lax.axis_index("b"), lax.axis_index("h")
-  j = n_q_blocks - 1 - i
-  end = end_ref[b * n_q_blocks + j]
-  n_full = full_ref[b * n_q_blocks + j]        # blocks that every row sees whole: no mask
-  n_iter = (jnp.maximum(end, 0) + (block_k - 1)) // block_k
-
-  def cache_copy(ref, dst, step, slot):   # block `step` of a (B, S, Hkv, D) cache or pool
-    if not page_size:
-      plgpu.copy_gmem_to_smem(ref.at[b, pl.ds(step * block_k, block_k), h], dst.at[slot],
-                              kv_bar.at[slot])
-      return
-    span = min(page_size, block_k)     # one copy per page (or slice of a page) of the block
-    for c in range(block_k // span):
-      p0 = step * block_k + c * span
-      page = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
-      plgpu.copy_gmem_to_smem(ref.at[page, pl.ds(lax.rem(p0, page_size), span), h],
-                              dst.at[slot, pl.ds(c * span, span)], kv_bar.at[slot])
-
-  def issue(step, slot):               # the TMA copies of block `step` into `slot`
-    rows = pl.ds(step * block_k, block_k)
-    cache_copy(k_ref, k_smem, step, slot)
-    if fp8:                            # V^T (D, block_k) codes, made (and gathered) outside
-      plgpu.copy_gmem_to_smem(v_ref.at[b, h, :, rows], v_smem.at[slot], kv_bar.at[slot])
-    else:
-      cache_copy(v_ref, v_smem, step, slot)
-    if k_block:
-      plgpu.copy_gmem_to_smem(ks_ref.at[b, h, rows], ks_smem.at[slot], kv_bar.at[slot])
-    if v_block:
-      plgpu.copy_gmem_to_smem(vs_ref.at[b, h, rows], vs_smem.at[slot], kv_bar.at[slot])
-
+  j = st.n_q_blocks - 1 - i
+  end, n_full, cf, qpos = _row_block(st, j, b, h, cf_ref, qp_ref, end_ref, full_ref)
+  n_iter = _n_blocks(st, end)
+  issue = _issuer(st, b, h, tab_ref, k_ref, ks_ref, v_ref, vs_ref, k_smem, v_smem, ks_smem,
+                  vs_smem, kv_bar)
   plgpu.copy_gmem_to_smem(q_ref.at[b, h, j], q_smem, q_bar.at[0])
-  for s in range(stages):
+  for s in range(st.stages):
     pl.when(s < n_iter)(functools.partial(issue, s, s))
-  cf = plgpu.load(cf_ref.at[b, h, j], layout=row_l, optimized=False)     # (block_q,) factor
-  qpos = plgpu.load(qp_ref.at[b, j], layout=row_l, optimized=False)      # (block_q,) int32
   plgpu.barrier_wait(q_bar.at[0])
-  shape = (BLOCK_Q, block_k)
 
-  def step(it, carry, *, k16_smem, v16_smem, p_smem, masked: bool):
-    o, m, lsum = carry
-    slot = lax.rem(it, stages)
-    p0 = it * block_k
-    plgpu.barrier_wait(kv_bar.at[slot])
-    if fp8:                            # the e4m3 codes are the wgmma operand
-      k_op = k_smem.at[slot]
-    else:
-      to_f16(k_smem.at[slot], k16_smem)
-      plgpu.commit_smem()
-      k_op = k16_smem
-
-    def qk(acc):
-      plgpu.wgmma(acc, q_smem, k_op.T)
-      plgpu.wgmma_wait(0)
-      return acc[...]
-    s = pl.run_scoped(qk, plgpu.ACC(shape, jnp.float32))
-    s = s * lax.broadcast_in_dim(cf, shape, [0])
-    if k_block:
-      ks = plgpu.load(ks_smem.at[slot], layout=col_l, optimized=False)
-      s = s * lax.broadcast_in_dim(ks, shape, [1])
-    if masked:
-      pos = p0 + plgpu.broadcasted_iota(jnp.int32, shape, 1, layout=wg)
-      keep = (pos < end) & (pos <= lax.broadcast_in_dim(qpos, shape, [0]))
-      s = jnp.where(keep, s, -jnp.inf)
-    m_new = jnp.maximum(m, s.max(axis=1))
-    m_safe = jnp.where(m_new == -jnp.inf, 0.0, m_new)
-    alpha = jnp.exp(m - m_safe)
-    p = jnp.exp(s - lax.broadcast_in_dim(m_safe, shape, [0]))
-    lsum = alpha * lsum + p.sum(axis=1)
-    if v_block:                        # 0 past the length: a NaN scale there meets p = 0
-      vs = plgpu.load(vs_smem.at[slot], layout=col_l, optimized=False)
-      if masked:
-        in_len = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k,), 0, layout=col_l) < end
-        vs = jnp.where(in_len, vs, 0.0)
-      t = p * lax.broadcast_in_dim(vs, shape, [1])
-    else:
-      t = p
-    if fp8:                            # P times 2^8 (< 256) in e4m3; V^T zeroed past the length
-      p_smem[...] = (t * jnp.float32(2.0 ** P_LOG2)).astype(jnp.float8_e4m3fn)
-      p_op, v_op = p_smem, v_smem.at[slot].T
-    else:
-      if masked:
-        vpos = p0 + plgpu.broadcasted_iota(jnp.int32, (block_k, dim), 0, layout=wg)
-        to_f16(v_smem.at[slot], v16_smem, keep_rows=vpos < end)
-      else:
-        to_f16(v_smem.at[slot], v16_smem)
-      p16 = t.astype(jnp.float16)
-      if not p_regs:
-        p_smem[...] = p16
-      p_op, v_op = (p16 if p_regs else p_smem), v16_smem
-    plgpu.commit_smem()
-
-    def pv(acc):
-      plgpu.wgmma(acc, p_op, v_op)
-      plgpu.wgmma_wait(0)
-      return acc[...]
-    o = o * lax.broadcast_in_dim(alpha, o.shape, [0]) + pl.run_scoped(
-        pv, plgpu.ACC((BLOCK_Q, dim), jnp.float32))
-    pl.when(it + stages < n_iter)(lambda: issue(it + stages, slot))
-    return o, m_new, lsum
+  def reissue(it, slot):
+    pl.when(it + st.stages < n_iter)(lambda: issue(it + st.stages, slot))
 
   def loop(k16_smem, v16_smem, p_smem):
-    body = functools.partial(step, k16_smem=k16_smem, v16_smem=v16_smem, p_smem=p_smem)
-    o0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q, dim), jnp.float32), wg)
-    m0 = plgpu.layout_cast(jnp.full((BLOCK_Q,), -jnp.inf, jnp.float32), row_l)
-    l0 = plgpu.layout_cast(jnp.zeros((BLOCK_Q,), jnp.float32), row_l)
-    carry = lax.fori_loop(0, n_full, functools.partial(body, masked=False), (o0, m0, l0))
-    return lax.fori_loop(n_full, n_iter, functools.partial(body, masked=True), carry)
+    return _attend_rows(st, n_full, n_iter, dict(
+        q_smem=q_smem, k_smem=k_smem, v_smem=v_smem, ks_smem=ks_smem, vs_smem=vs_smem,
+        kv_bar=kv_bar, k16_smem=k16_smem, v16_smem=v16_smem, p_smem=p_smem, cf=cf,
+        qpos=qpos, end=end, release=reissue))
 
-  # the loop's tiles (float16 K, V, p; fp8: e4m3 p), then the output's, in the same memory
-  if fp8:
-    o, m, l = pl.run_scoped(
-        lambda p_smem: loop(None, None, p_smem),
-        plgpu.SMEM((BLOCK_Q, block_k), jnp.float8_e4m3fn, transforms=_tiles(jnp.uint8, block_k)))
-  else:
-    o, m, l = pl.run_scoped(
-        loop, plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
-        plgpu.SMEM((block_k, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
-        plgpu.SMEM((8, block_k) if p_regs else (BLOCK_Q, block_k), jnp.float16,
-                   transforms=_tiles(jnp.float16, block_k)))
-  inv = jnp.where(l > 0, of_ref[b * kv_heads + h] / jnp.where(l > 0, l, 1.0), 0.0)
+  # the loop's tiles, then the output's, in the same shared memory
+  tiles = _loop_tiles(st)
+  o, m, l = pl.run_scoped(lambda *refs: loop(*_fill(tiles, refs)),
+                          *[t for t in tiles if t is not None])
+  pl.run_scoped(
+      lambda o_smem, ml_smem: _store_rows(o, m, l, of_ref[b * st.kv_heads + h], o_smem,
+                                          ml_smem, o_ref.at[b, h, j], m_ref.at[b, h, j],
+                                          l_ref.at[b, h, j]),
+      plgpu.SMEM((BLOCK_Q, st.dim), jnp.float32), plgpu.SMEM((2, BLOCK_Q), jnp.float32))
 
-  def store(o_smem, ml_smem):
-    o_smem[...] = o * lax.broadcast_in_dim(inv, o.shape, [0])
-    ml_smem[0] = m
-    ml_smem[1] = l
-    plgpu.commit_smem()
-    plgpu.copy_smem_to_gmem(o_smem, o_ref.at[b, h, j])
-    plgpu.copy_smem_to_gmem(ml_smem.at[0], m_ref.at[b, h, j])
-    plgpu.copy_smem_to_gmem(ml_smem.at[1], l_ref.at[b, h, j])
-    plgpu.wait_smem_to_gmem(0)
-  pl.run_scoped(store, plgpu.SMEM((BLOCK_Q, dim), jnp.float32),
-                plgpu.SMEM((2, BLOCK_Q), jnp.float32))
+
+def _fill(template, refs):
+  """refs laid into the non-None places of template (None stays None)."""
+  it = iter(refs)
+  return [None if t is None else next(it) for t in template]
+
+
+
+
+def _kernel_ws(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks_ref, v_ref,
+               vs_ref, o_ref, m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, tiles,
+               q_bar, kv_bar, consumed, done, *, st: _Static):
+  """Two compute warpgroups (query blocks 2j and 2j + 1, 64 rows each) share one ring of K /
+  V copies issued by a third, memory warpgroup: it refills a slot once both compute
+  warpgroups have released it (`consumed`, two arrivals). A compute warpgroup whose rows
+  end sooner (causal) keeps waiting and releasing the remaining blocks unread, so every
+  barrier phase is observed by every warpgroup that waits on it (mbarrier parity)."""
+  i, b, h = lax.axis_index("q"), lax.axis_index("b"), lax.axis_index("h")
+  w = lax.axis_index("wg")
+  j = st.n_q_blocks // COMPUTE_WGS - 1 - i
+  ends = [end_ref[b * st.n_q_blocks + COMPUTE_WGS * j + c] for c in range(COMPUTE_WGS)]
+  n_max = _n_blocks(st, functools.reduce(jnp.maximum, ends))
+
+  @pl.when(w < COMPUTE_WGS)
+  def _compute():
+    plgpu.set_max_registers(_COMPUTE_REGS, action="increase")
+    qb = COMPUTE_WGS * j + w
+    end, n_full, cf, qpos = _row_block(st, qb, b, h, cf_ref, qp_ref, end_ref, full_ref)
+    n_iter = _n_blocks(st, end)
+    plgpu.copy_gmem_to_smem(q_ref.at[b, h, qb], q_smem.at[w], q_bar.at[w])
+    plgpu.barrier_wait(q_bar.at[w])
+    loop_tiles, out_tiles = tiles
+    k16, v16, p_t = ((None, None) if st.fp8 else ()) + tuple(t.at[w] for t in loop_tiles)
+    release = lambda it, slot: plgpu.barrier_arrive(consumed.at[slot])
+    o, m, l = _attend_rows(st, n_full, n_iter, dict(
+        q_smem=q_smem.at[w], k_smem=k_smem, v_smem=v_smem, ks_smem=ks_smem, vs_smem=vs_smem,
+        kv_bar=kv_bar, k16_smem=k16, v16_smem=v16, p_smem=p_t, cf=cf, qpos=qpos, end=end,
+        release=release))
+
+    @pl.loop(n_iter, n_max)
+    def _drain(it):                    # the other warpgroup's remaining blocks
+      slot = lax.rem(it, st.stages)
+      plgpu.barrier_wait(kv_bar.at[slot])
+      plgpu.barrier_arrive(consumed.at[slot])
+
+    # both warpgroups are done with the loop tiles before the output tiles reuse them
+    plgpu.barrier_arrive(done)
+    plgpu.barrier_wait(done)
+    o_smem, ml_smem = out_tiles
+    _store_rows(o, m, l, of_ref[b * st.kv_heads + h], o_smem.at[w], ml_smem.at[w],
+                o_ref.at[b, h, qb], m_ref.at[b, h, qb], l_ref.at[b, h, qb])
+
+  @pl.when(w == COMPUTE_WGS)
+  def _memory():
+    plgpu.set_max_registers(_MEMORY_REGS, action="decrease")
+    issue = _issuer(st, b, h, tab_ref, k_ref, ks_ref, v_ref, vs_ref, k_smem, v_smem, ks_smem,
+                    vs_smem, kv_bar)
+    for s in range(st.stages):
+      pl.when(s < n_max)(functools.partial(issue, s, s))
+
+    @pl.loop(st.stages, n_max)
+    def _refill(it):
+      slot = lax.rem(it, st.stages)
+      plgpu.barrier_wait(consumed.at[slot])
+      issue(it, slot)
+
+    @pl.loop(jnp.maximum(n_max - st.stages, 0), n_max)
+    def _last(it):                     # the last releases too: every phase observed
+      plgpu.barrier_wait(consumed.at[lax.rem(it, st.stages)])
 
 
 def _position_scales(x, table, bsz: int, capacity: int, block_k: int):
@@ -328,11 +476,16 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
   if interpret and config.p_regs:
     raise ValueError("PrefillMosaicConfig.p_regs runs compiled only (the Mosaic GPU interpreter "
                      "takes wgmma operands from shared memory)")
+  if interpret and config.warpgroups > 1:
+    raise ValueError("PrefillMosaicConfig.warpgroups=2 runs compiled only (the Mosaic GPU "
+                     "interpreter of jax 0.11.2 can hang on its three threads: "
+                     "docs/attention_kernel.md section 7)")
   out_dtype = q.dtype if out_dtype is None else out_dtype
   bsz, tq, hq, dim = q.shape
   hkv = hq // group
   rows = tq * group
-  nqb = -(-rows // BLOCK_Q)
+  wgs = config.warpgroups              # query blocks of 64 rows per program
+  nqb = -(-rows // (BLOCK_Q * wgs)) * wgs
   bk = config.block_k
   kv_len = jnp.clip(kv_len.astype(jnp.int32), 0, capacity)
   fp8 = config.compute == "fp8"
@@ -352,9 +505,10 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
   qp = qp.reshape(bsz, nqb, BLOCK_Q)
   bound = jnp.where(qp == NO_LIMIT, capacity, jnp.minimum(qp, capacity - 1) + 1).max(axis=-1)
   end = jnp.minimum(kv_len[:, None], bound).reshape(-1)
-  # the blocks below every real row's bound and the length: seen whole by every row
+  # the blocks below every real row's bound and the length: seen whole by every row (none
+  # in a block of padding rows only, which the two-warpgroup kernel's even count can add)
   low = jnp.where((qp == NO_LIMIT) | (qp < 0), capacity, jnp.minimum(qp, capacity - 1) + 1)
-  full = (jnp.minimum(kv_len[:, None], low.min(axis=-1)) // bk).reshape(-1)
+  full = (jnp.minimum(jnp.minimum(kv_len[:, None], low.min(axis=-1)), bound) // bk).reshape(-1)
   k_block, v_block = kplan.kind == "block", vplan.kind == "block"
   dummy = jnp.zeros((1, 1, 8 * bk), jnp.float32)
   ks = _position_scales(k, table, bsz, capacity, bk) if k_block else dummy
@@ -376,24 +530,35 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
   # TMA copies of K (and of V but for fp8's V^T) per block: one, or one per page it spans
   copies = 1 if table is None else max(1, bk // k.shape[1])
   q_type = jnp.float8_e4m3fn if fp8 else jnp.float16
+  lead = (wgs,) if wgs > 1 else ()
   scratch = [
-      plgpu.SMEM((BLOCK_Q, dim), q_type, transforms=_tiles(q_type, dim)),
+      plgpu.SMEM(lead + (BLOCK_Q, dim), q_type, transforms=_tiles(q_type, dim)),
       plgpu.SMEM((stages, bk, dim), _fp8_dtype(kplan.elem), transforms=_tiles(jnp.uint8, dim)),
       plgpu.SMEM((stages, dim, bk), jnp.float8_e4m3fn, transforms=_tiles(jnp.uint8, bk)) if fp8
       else plgpu.SMEM((stages, bk, dim), _fp8_dtype(vplan.elem),
                       transforms=_tiles(jnp.uint8, dim)),
       plgpu.SMEM((stages, bk) if k_block else (1, 8), jnp.float32),
       plgpu.SMEM((stages, bk) if v_block else (1, 8), jnp.float32),
-      plgpu.Barrier(num_barriers=1),
-      plgpu.Barrier(num_arrivals=copies + (1 if fp8 else copies) + k_block + v_block,
-                    num_barriers=stages),
   ]
-  kernel = functools.partial(
-      _kernel, dim=dim, kv_heads=hkv, n_q_blocks=nqb, block_k=bk, stages=stages,
-      k_block=k_block, v_block=v_block, p_regs=config.p_regs,
-      page_size=0 if table is None else k.shape[1],
-      n_pages=1 if table is None else table.shape[1], fp8=fp8)
-  grid = (nqb, bsz, hkv)
+  st = _Static(dim=dim, kv_heads=hkv, n_q_blocks=nqb, block_k=bk, stages=stages,
+               k_block=k_block, v_block=v_block, p_regs=config.p_regs,
+               page_size=0 if table is None else k.shape[1],
+               n_pages=1 if table is None else table.shape[1], fp8=fp8)
+  kv_bar = plgpu.Barrier(num_arrivals=copies + (1 if fp8 else copies) + k_block + v_block,
+                         num_barriers=stages)
+  if wgs == 1:
+    scratch += [plgpu.Barrier(num_barriers=1), kv_bar]
+    kernel, threads = functools.partial(_kernel, st=st), {}
+  else:                                # the loop's tiles per warpgroup, then the outputs'
+    loop_tiles = tuple(t for t in _loop_tiles(st, lead) if t is not None)
+    out_tiles = (plgpu.SMEM(lead + (BLOCK_Q, dim), jnp.float32),
+                 plgpu.SMEM(lead + (2, BLOCK_Q), jnp.float32))
+    scratch += [plgpu.RefUnion(loop_tiles, out_tiles), plgpu.Barrier(num_barriers=wgs), kv_bar,
+                plgpu.Barrier(num_arrivals=wgs, num_barriers=stages),
+                plgpu.Barrier(num_arrivals=wgs)]
+    kernel = functools.partial(_kernel_ws, st=st)
+    threads = dict(num_threads=wgs + 1, thread_name="wg")
+  grid = (nqb // wgs, bsz, hkv)
   out = (bsz, hkv, nqb, BLOCK_Q)
   o, m, l = plgpu.kernel(
       kernel,
@@ -402,6 +567,7 @@ def prefill_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: K
       scratch_types=scratch, grid=grid, grid_names=("q", "b", "h"),
       interpret=interpret_params(interpret),
       kernel_name=f"fp8lab_prefill_mosaic_{config.compute}_{kplan.kind}_{vplan.kind}",
+      **threads,
   )(q_op, factor, out_factor, qp, end, full,
     jnp.zeros((1,), jnp.int32) if table is None else table.astype(jnp.int32).reshape(-1),
     kd, ks, vd, vs)
