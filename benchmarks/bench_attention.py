@@ -183,6 +183,7 @@ CASES: dict[str, Case] = {
     "mg_e4m3_block": Case("e4m3_block", implementation="mosaic"),
     "mg_e5m2_block": Case("e5m2_block", implementation="mosaic"),
     "mg_e4m3": Case("e4m3", implementation="mosaic"),
+    "mg_e4m3_block_paged": Case("e4m3_block", paged=True, implementation="mosaic"),
 }
 BASELINES = ("copy", "cudnn_bf16", "xla_bf16", "jax_pallas_gqa")
 # The prefill kernel's rows (fp8lab.attention, compute="bf16"; *_f32: the float32 dots).

@@ -21,8 +21,8 @@ import fp8lab
 from fp8lab.kernels import attention as AK
 from fp8lab.kernels.attention import mosaic as M
 from fp8lab_tests.switches import ON_GPU, gpu
-from fp8lab_tests.test_attention import (_kv, _lengths, _normal, _values64, assert_close,
-                                         check_attention, ref64, spoil_words)
+from fp8lab_tests.test_attention import (_kv, _lengths, _normal, _paged, _values64,
+                                         assert_close, check_attention, ref64, spoil_words)
 
 INTERPRET = not ON_GPU
 # (B, S, Hkv): Hkv 8 (the per-token-head scale tiles need a multiple of 8); S a multiple of 8
@@ -123,6 +123,29 @@ def _meta(fmt, shape, **kw):
   return _kv(fmt, jnp.zeros(shape, jnp.float32), **kw)
 
 
+@pytest.mark.parametrize("page_size", [16, 64])
+def test_paged_equals_contiguous(page_size):
+  """A shuffled page pool and its table give the contiguous cache's output bit for bit
+  (pages of 16: four TMA copies of each array per block of 64; of 64: one), per-token-head
+  K / V scales through the table, a causal multi-token step and a one-token one."""
+  bsz, hkv, dim = 2, 8, 64
+  cap = 1024 if ON_GPU else 128
+  k = _kv("e4m3_block", _normal(40, (bsz, cap, hkv, dim)))
+  v = _kv("e5m2_block", _normal(41, (bsz, cap, hkv, dim)))
+  lengths = _lengths(bsz, cap)
+  pk, table = _paged(k, page_size, 42)
+  pv, _ = _paged(v, page_size, 42)
+  for tq in (1, 3):
+    q = _normal(43 + tq, (bsz, tq, hkv * 2, dim))
+    qpos = jnp.asarray(np.asarray(lengths)[:, None] - tq + np.arange(tq)[None], jnp.int32)
+    kw = dict(causal=True, q_positions=qpos, return_lse=True)
+    a, la = _attend(q, k, v, lengths, **kw)
+    b, lb = _attend(q, pk, pv, lengths, block_tables=table, **kw)
+    np.testing.assert_array_equal(np.asarray(b).view(np.uint32), np.asarray(a).view(np.uint32))
+    np.testing.assert_array_equal(np.asarray(lb), np.asarray(la))
+  check_attention(q, k, v, lengths, impl="mosaic")
+
+
 def test_errors():
   bsz, cap, hkv = SHAPE
   q = jnp.zeros((bsz, 1, hkv * 4, 128), jnp.float32)
@@ -142,8 +165,8 @@ def test_errors():
   with pytest.raises(ValueError, match="multiple of 8 positions"):
     x = _meta("e4m3", (bsz, cap - 3, hkv, 128))
     _attend(q, x, x)
-  with pytest.raises(ValueError, match="paged"):
-    pool = _meta("e4m3_block", (4, 16, hkv, 128))
+  with pytest.raises(ValueError, match="pages of 8, 16, 32"):
+    pool = _meta("e4m3_block", (4, 24, hkv, 128))
     fp8lab.attention(q, pool, pool, block_tables=jnp.zeros((bsz, 2), jnp.int32),
                      implementation="mosaic", interpret=INTERPRET)
   if not ON_GPU:

@@ -138,7 +138,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
       A NaN at a causally masked position within the length may not reach their output.
       "mosaic" (Hopper, or interpret=True: the Mosaic GPU interpreter): e4m3 / e5m2 caches
       per tensor or per token and head (block D); decode-sized calls with compute None or
-      "f32" take the Mosaic decode kernel (contiguous caches; float16 dots on the exact
+      "f32" take the Mosaic decode kernel (contiguous or paged; float16 dots on the exact
       codes, q and p as float16 hi + lo parts), the others with compute None or "bf16" the
       Mosaic prefill kernel (contiguous or paged; q rounded to bfloat16, float16 dots on the
       exact codes, P rounded to float16, float32 softmax and accumulation), and with
@@ -230,7 +230,7 @@ def attention(q, k, v, *, kv_lengths=None, block_tables=None, causal: bool = Fal
     kplan, vplan = attn_kernel.kv_plan(k, dim), attn_kernel.kv_plan(v, dim)
     if decode:
       why = attn_kernel.mosaic_serves(kplan, vplan, tq=tq, group=hq // hkv, kv_heads=hkv,
-                                      paged=paged, capacity=capacity)
+                                      paged=paged, capacity=capacity, page_size=page_size)
     else:
       why = attn_kernel.prefill_mosaic_serves(kplan, vplan, paged=paged, capacity=capacity,
                                               page_size=page_size, compute=compute)
@@ -576,17 +576,19 @@ def _pallas_call(interpret: bool, sm_scale: float, page_size: int, mode: str, q,
   return _unrotate_o(v, o).astype(q.dtype), lse
 
 
-def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions):
-  """The Mosaic GPU decode kernel on (B, Tq, Hq, D), with q rotated for a Hadamard-rotated
-  K and o rotated back for a rotated V, as _pallas_call does."""
+def _mosaic_call(interpret: bool, sm_scale: float, q, k, v, kv_lengths, q_positions,
+                 table=None):
+  """The Mosaic GPU decode kernel on (B, Tq, Hq, D) over a contiguous cache or a page pool
+  and its table, with q rotated for a Hadamard-rotated K and o rotated back for a rotated
+  V, as _pallas_call does."""
   bsz, _, hq, dim = q.shape
   hkv = k.shape[2]
   qk = _rotate_q(k, q.astype(jnp.float32)) if k.hadamard is not None else q
   rotated_v = v.hadamard is not None
-  capacity = k.shape[1]
+  capacity = _capacity(k, table, k.shape[1])
   cfg = attn_kernel.mosaic_config(bsz, hkv, capacity, dim, interpret)
   o, lse = attn_kernel.attention_mosaic(
-      qk, q_positions, kv_lengths, k, v, kplan=attn_kernel.kv_plan(k, dim),
+      qk, q_positions, kv_lengths, k, v, table, kplan=attn_kernel.kv_plan(k, dim),
       vplan=attn_kernel.kv_plan(v, dim), group=hq // hkv, capacity=capacity,
       sm_scale=sm_scale, config=_mosaic_launch(cfg),
       out_dtype=jnp.dtype(jnp.float32 if rotated_v else q.dtype), interpret=interpret)
@@ -672,9 +674,7 @@ def _batched(implementation: str, interpret: bool, sm_scale: float, page_size: i
       return _sdpa(implementation, sm_scale, masking, rows == "full", q, k, v, kv_lengths,
                    q_positions, table)
   elif implementation == _MOSAIC and mode == "mosaic":
-    def call(q, k, v, kv_lengths, q_positions, table):
-      del table                        # contiguous caches only (mosaic_serves)
-      return _mosaic_call(interpret, sm_scale, q, k, v, kv_lengths, q_positions)
+    call = functools.partial(_mosaic_call, interpret, sm_scale)
   elif implementation == _MOSAIC:               # "mosaic:prefill:<compute>"
     call = functools.partial(_mosaic_prefill_call, interpret, sm_scale, mode.split(":")[2])
   else:

@@ -88,8 +88,8 @@ def fp8_cache_reason(kplan: KVPlan, vplan: KVPlan, *, paged: bool, capacity: int
                      page_size: int | None = None) -> str | None:
   """Why the Mosaic kernels (decode and prefill) cannot read this cache (a sentence), or
   None: K and V each e4m3 / e5m2 per tensor or per token and head, the capacity a multiple
-  of 8 positions; contiguous, or (page_size given: the prefill kernel) paged with pages of
-  8 .. 64 positions dividing 64, or a multiple of 64."""
+  of 8 positions; contiguous, or paged (page_size given) with pages of 8 .. 64 positions
+  dividing 64, or a multiple of 64 (whole TMA copies per block of 64 or 128)."""
   for name, p in (("K", kplan), ("V", vplan)):
     if p.kind not in ("tensor", "block") or p.elem is None or p.elem.name not in MOSAIC_ELEMENTS:
       return (f"{name} must be e4m3 / e5m2 per tensor or with per-token-head scales (got "
@@ -115,9 +115,9 @@ def interpret_params(interpret: bool):
 
 
 def mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, tq: int, group: int, kv_heads: int,
-                  paged: bool, capacity: int) -> str | None:
+                  paged: bool, capacity: int, page_size: int | None = None) -> str | None:
   """None where the kernel takes the call, else why not (a sentence)."""
-  why = fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity)
+  why = fp8_cache_reason(kplan, vplan, paged=paged, capacity=capacity, page_size=page_size)
   if why:
     return why
   for name, p in (("K", kplan), ("V", vplan)):
@@ -221,11 +221,12 @@ def to_f16(src, dst, keep_rows=None):
   dst[...] = x
 
 
-def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref, m_ref,
-            l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, k16_smem, v16_smem, p_smem,
+def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, tab_ref, k_ref, ks_ref, v_ref, vs_ref, o_ref,
+            m_ref, l_ref, q_smem, k_smem, v_smem, ks_smem, vs_smem, k16_smem, v16_smem, p_smem,
             o_smem, ml_smem, q_bar, kv_bar, *, n: int, q_parts: int, dim: int,
             kv_heads: int, capacity: int, split_len: int, block_s: int, stages: int,
-            p_parts: int, k_block: bool, v_block: bool, k_regs: bool):
+            p_parts: int, k_block: bool, v_block: bool, k_regs: bool, page_size: int,
+            n_pages: int):
   wg = plgpu.Layout.WGMMA
   col_l, row_l = wg.reduce(0), wg.reduce(1)
   b, h, sp = lax.axis_index("b"), lax.axis_index("h"), lax.axis_index("s")
@@ -235,13 +236,22 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
   n_iter = (jnp.maximum(end - start, 0) + (block_s - 1)) // block_s
 
   def issue(i, slot):                  # the TMA copies of block i into `slot`
-    rows = pl.ds(start + i * block_s, block_s)
-    plgpu.copy_gmem_to_smem(k_ref.at[b, rows, h], k_smem.at[slot], kv_bar.at[slot])
-    plgpu.copy_gmem_to_smem(v_ref.at[b, rows, h], v_smem.at[slot], kv_bar.at[slot])
-    if k_block:
-      plgpu.copy_gmem_to_smem(ks_ref.at[b, rows], ks_smem.at[slot], kv_bar.at[slot])
-    if v_block:
-      plgpu.copy_gmem_to_smem(vs_ref.at[b, rows], vs_smem.at[slot], kv_bar.at[slot])
+    # one span of the cache (b, positions), or one per page (or slice of a page) of a pool
+    span = min(page_size, block_s) if page_size else block_s
+    for c in range(block_s // span):
+      p0 = start + i * block_s + c * span
+      if page_size:
+        row = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
+        src = pl.ds(lax.rem(p0, page_size), span)
+      else:
+        row, src = b, pl.ds(p0, span)
+      dst = pl.ds(c * span, span)
+      plgpu.copy_gmem_to_smem(k_ref.at[row, src, h], k_smem.at[slot, dst], kv_bar.at[slot])
+      plgpu.copy_gmem_to_smem(v_ref.at[row, src, h], v_smem.at[slot, dst], kv_bar.at[slot])
+      if k_block:
+        plgpu.copy_gmem_to_smem(ks_ref.at[row, src], ks_smem.at[slot, dst], kv_bar.at[slot])
+      if v_block:
+        plgpu.copy_gmem_to_smem(vs_ref.at[row, src], vs_smem.at[slot, dst], kv_bar.at[slot])
 
   plgpu.copy_gmem_to_smem(q_ref.at[b, h], q_smem, q_bar.at[0])
   for i in range(stages):
@@ -342,14 +352,15 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, k_ref, ks_ref, v_ref, vs_ref
   plgpu.wait_smem_to_gmem(0)
 
 
-def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group: int,
-                    capacity: int, sm_scale: float, config: MosaicConfig,
+def mosaic_partials(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: KVPlan,
+                    group: int, capacity: int, sm_scale: float, config: MosaicConfig,
                     interpret: bool = False):
   """The kernel's per-split (o^T, m, l): (B, Hkv, n_splits, D, n), (B, Hkv, n_splits, n)
   twice, float32, n = columns(Tq, group) (column t * group + g: token t, query head
   h * group + g of KV head h). q (B, Tq, Hq, D) float; qpos (B, Tq) int32; kv_len (B,)
-  int32; k, v QuantizedArrays (B, S, Hkv, D) that mosaic_serves takes. Arguments are
-  assumed checked."""
+  int32; k, v QuantizedArrays (B, S, Hkv, D) that mosaic_serves takes, or page pools
+  (pages, page_size, Hkv, D) with table (B, n_pages) int32 (capacity n_pages * page_size).
+  Arguments are assumed checked."""
   if interpret and config.k_regs:
     raise ValueError("MosaicConfig.k_regs runs compiled only (the Mosaic GPU interpreter takes "
                      "wgmma operands from shared memory)")
@@ -366,8 +377,12 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
   k_block, v_block = kplan.kind == "block", vplan.kind == "block"
   kd, vd = _fp8_view(k.data, kplan.elem), _fp8_view(v.data, vplan.elem)
 
-  def scales(x, blocked):
-    return x.scales.reshape(bsz, -1, hkv) if blocked else jnp.zeros((1, 8, 8), jnp.float32)
+  def scales(x, blocked):              # (B or pages, S or page_size, Hkv)
+    return (x.scales.reshape(x.shape[0], x.shape[1], hkv) if blocked
+            else jnp.zeros((1, 8, 8), jnp.float32))
+  page_size = 0 if table is None else k.shape[1]
+  # TMA copies of each array per block: one, or one per page the block spans
+  copies = max(1, bs // page_size) if page_size else 1
   stages = config.stages
   scratch = [
       plgpu.SMEM((q16.shape[2], n, dim), jnp.float16, transforms=_tiles(jnp.float16, dim)),
@@ -382,13 +397,14 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
       plgpu.SMEM((dim, n), jnp.float32),
       plgpu.SMEM((2, n), jnp.float32),
       plgpu.Barrier(num_barriers=1),
-      plgpu.Barrier(num_arrivals=2 + k_block + v_block,
+      plgpu.Barrier(num_arrivals=copies * (2 + k_block + v_block),
                     num_barriers=stages),
   ]
   kernel = functools.partial(
       _kernel, n=n, q_parts=q16.shape[2], dim=dim, kv_heads=hkv, capacity=capacity,
       split_len=split_len, block_s=bs, stages=stages, p_parts=config.p_parts,
-      k_block=k_block, v_block=v_block, k_regs=config.k_regs)
+      k_block=k_block, v_block=v_block, k_regs=config.k_regs, page_size=page_size,
+      n_pages=1 if table is None else table.shape[1])
   shape = (bsz, hkv, n_splits)
   call = plgpu.kernel(
       kernel,
@@ -400,19 +416,20 @@ def mosaic_partials(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, grou
       kernel_name=f"fp8lab_attention_mosaic_{kplan.kind}_{vplan.kind}")
   vf = (jnp.asarray(v.tensor_scale, jnp.float32) if vplan.kind == "tensor"
         else jnp.float32(1)).reshape(1)
-  return call(q16, factor, vf, _q_positions(qpos, group, n), kv_len.astype(jnp.int32), kd,
-              scales(k, k_block), vd, scales(v, v_block))
+  tab = jnp.zeros((1,), jnp.int32) if table is None else table.astype(jnp.int32).reshape(-1)
+  return call(q16, factor, vf, _q_positions(qpos, group, n), kv_len.astype(jnp.int32), tab,
+              kd, scales(k, k_block), vd, scales(v, v_block))
 
 
 @functools.partial(jax.jit, static_argnames=("kplan", "vplan", "group", "capacity",
                                              "sm_scale", "config", "out_dtype", "interpret"))
-def attention_mosaic(q, qpos, kv_len, k, v, *, kplan: KVPlan, vplan: KVPlan, group: int,
-                     capacity: int, sm_scale: float, config: MosaicConfig, out_dtype=None,
-                     interpret: bool = False):
+def attention_mosaic(q, qpos, kv_len, k, v, table=None, *, kplan: KVPlan, vplan: KVPlan,
+                     group: int, capacity: int, sm_scale: float, config: MosaicConfig,
+                     out_dtype=None, interpret: bool = False):
   """(o (B, Tq, Hq, D) in out_dtype (default q's), lse (B, Tq, Hq) float32): the kernel's
   partials, then the log-sum-exp combine (kernel.combine over the transposed partials)."""
   out_dtype = q.dtype if out_dtype is None else out_dtype
-  o, m, l = mosaic_partials(q, qpos, kv_len, k, v, kplan=kplan, vplan=vplan, group=group,
+  o, m, l = mosaic_partials(q, qpos, kv_len, k, v, table, kplan=kplan, vplan=vplan, group=group,
                             capacity=capacity, sm_scale=sm_scale, config=config,
                             interpret=interpret)
   return combine(o, m, l, group=group, tq=q.shape[1], out_dtype=out_dtype, interpret=interpret,
