@@ -123,11 +123,12 @@ def _meta(fmt, shape, **kw):
   return _kv(fmt, jnp.zeros(shape, jnp.float32), **kw)
 
 
-@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("page_size", [16, pytest.param(64, marks=pytest.mark.slow)])
 def test_paged_equals_contiguous(page_size):
   """A shuffled page pool and its table give the contiguous cache's output bit for bit
-  (pages of 16: four TMA copies of each array per block of 64; of 64: one), per-token-head
-  K / V scales through the table, a causal multi-token step and a one-token one."""
+  (pages of 16: four TMA copies of each array per block of 64; of 64, slow: one),
+  per-token-head K / V scales through the table, a causal multi-token step and a one-token
+  one."""
   bsz, hkv, dim = 2, 8, 64
   cap = 1024 if ON_GPU else 128
   k = _kv("e4m3_block", _normal(40, (bsz, cap, hkv, dim)))
