@@ -97,7 +97,7 @@ def fp8_cache_reason(kplan: KVPlan, vplan: KVPlan, *, paged: bool, capacity: int
     if p.kind == "block" and p.block_len != p.dim:
       return f"{name}'s block scales must cover the whole head (block {p.block_len} != D {p.dim})"
   if paged and page_size is None:
-    return "paged caches are not supported yet"
+    raise ValueError("fp8_cache_reason: a paged cache needs its page_size")
   if paged and not (page_size % 64 == 0 or (page_size >= 8 and 64 % page_size == 0)):
     return (f"paged caches need pages of 8, 16, 32 or a multiple of 64 positions (whole "
             f"TMA copies per block), got {page_size}")

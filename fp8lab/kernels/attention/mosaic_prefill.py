@@ -1,6 +1,7 @@
 """Flash attention (prefill, Tq * group > 64 rows per KV head) over an FP8 KV cache as a
 Mosaic GPU kernel (Hopper: TMA and wgmma): fp8lab.attention's implementation="mosaic" for
-prefill-shaped calls, compute="bf16" semantics.
+prefill-shaped calls, compute="bf16" semantics (below) or compute="fp8" (e4m3 q, K codes, P
+and transposed V codes into FP8 wgmma), contiguous caches or page pools.
 
 Grid (n_q_blocks, B, Hkv), one warpgroup per program. The query rows of KV head h are token
 t times the GQA group, row r = t * group + g (query head h * group + g), as in the Triton
@@ -29,6 +30,8 @@ block_k, end = min(length, the block's largest query position + 1):
 
 At the end o / l (0 for a row that saw no key) times 2^E or V's tensor scale, float32, and
 (m, l); the wrapper reorders the rows into (B, Tq, Hq, D) and forms lse = m + log l.
+PrefillMosaicConfig(warpgroups=2) runs two 64-row query blocks per program on two compute
+warpgroups beside a third that issues the copies (_kernel_ws).
 docs/attention_kernel.md section 7 has the design, its semantics and what is measured."""
 
 from __future__ import annotations
@@ -96,7 +99,8 @@ class PrefillMosaicConfig:
 
 
 def prefill_mosaic_serves(kplan: KVPlan, vplan: KVPlan, *, paged: bool, capacity: int,
-                          page_size: int = 0, compute: str | None = None) -> str | None:
+                          page_size: int | None = None,
+                          compute: str | None = None) -> str | None:
   """None where the kernel takes the call, else why not (a sentence): mosaic.fp8_cache_reason
   with paged caches allowed (pages of 8 .. 32 positions, 64 or a multiple of 64); any Hkv
   (the scale slices are 1D); compute None / "bf16" / "fp8" (e4m3 K and V: fp8_serves)."""
