@@ -47,7 +47,7 @@ from fp8lab.kernels.gemv.operands import _exp2_exact, _f16_parts, _scale_pow2
 
 __all__ = ["MosaicConfig", "mosaic_config", "mosaic_serves", "mosaic_partials", "smem_bytes",
            "attention_mosaic", "MOSAIC_ELEMENTS", "to_f16", "fp8_cache_reason",
-           "interpret_params", "q_rows"]
+           "interpret_params", "q_rows", "cache_spans"]
 
 # The element formats the kernel decodes (the fp8 -> float16 converts take both).
 MOSAIC_ELEMENTS = ("e4m3", "e5m2")
@@ -210,6 +210,25 @@ def _tiles(dtype, cols: int):
           plgpu.SwizzleTransform(swizzle))
 
 
+def cache_spans(tab_ref, b, start, block: int, page_size: int, n_pages: int):
+  """The TMA copies of cache positions [start, start + block) of batch row b, as (row, src,
+  dst) per copy: one span of a contiguous cache (page_size 0: row b), or one per page (or
+  slice of a page) of a pool, its pool page read from the flattened table (B * n_pages,)
+  (clamped: positions past the capacity are masked by the kernels); src slices the cache's
+  positions, dst the shared-memory tile's rows."""
+  span = min(page_size, block) if page_size else block
+  spans = []
+  for c in range(block // span):
+    p0 = start + c * span
+    if page_size:
+      row = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
+      src = pl.ds(lax.rem(p0, page_size), span)
+    else:
+      row, src = b, pl.ds(p0, span)
+    spans.append((row, src, pl.ds(c * span, span)))
+  return spans
+
+
 def to_f16(src, dst, keep_rows=None):
   """The fp8 codes of shared-memory tile `src` as float16 (exact) into tile `dst`, rows
   where keep_rows (a WGMMA-layout bool array of dst's shape) is False zeroed whatever they
@@ -236,16 +255,8 @@ def _kernel(q_ref, cf_ref, vf_ref, qp_ref, len_ref, tab_ref, k_ref, ks_ref, v_re
   n_iter = (jnp.maximum(end - start, 0) + (block_s - 1)) // block_s
 
   def issue(i, slot):                  # the TMA copies of block i into `slot`
-    # one span of the cache (b, positions), or one per page (or slice of a page) of a pool
-    span = min(page_size, block_s) if page_size else block_s
-    for c in range(block_s // span):
-      p0 = start + i * block_s + c * span
-      if page_size:
-        row = tab_ref[b * n_pages + jnp.minimum(p0 // page_size, n_pages - 1)]
-        src = pl.ds(lax.rem(p0, page_size), span)
-      else:
-        row, src = b, pl.ds(p0, span)
-      dst = pl.ds(c * span, span)
+    for row, src, dst in cache_spans(tab_ref, b, start + i * block_s, block_s, page_size,
+                                     n_pages):
       plgpu.copy_gmem_to_smem(k_ref.at[row, src, h], k_smem.at[slot, dst], kv_bar.at[slot])
       plgpu.copy_gmem_to_smem(v_ref.at[row, src, h], v_smem.at[slot, dst], kv_bar.at[slot])
       if k_block:

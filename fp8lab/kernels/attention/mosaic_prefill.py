@@ -47,7 +47,8 @@ from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from fp8lab.kernels.attention.kv import NO_LIMIT, KVPlan
 from fp8lab.kernels.attention.mosaic import (_fp8_dtype, _fp8_view, _q_columns, _tiles,
-                                             fp8_cache_reason, interpret_params, q_rows, to_f16)
+                                             cache_spans, fp8_cache_reason, interpret_params,
+                                             q_rows, to_f16)
 from fp8lab.kernels.attention.prefill import (P_LOG2, Q_LOG2_TOP, exp2_clipped, fp8_serves,
                                               log2_floor)
 from fp8lab.kernels.gemv.operands import _exp2_exact
@@ -159,26 +160,17 @@ def _issuer(st: _Static, b, h, tab_ref, k_ref, ks_ref, v_ref, vs_ref, k_smem, v_
   """issue(step, slot): the TMA copies of block `step` (K's and V's codes, their scales)
   into ring slot `slot`, all arriving on kv_bar[slot]."""
   bk = st.block_k
-
-  def cache_copy(ref, dst, step, slot):   # block `step` of a (B, S, Hkv, D) cache or pool
-    if not st.page_size:
-      plgpu.copy_gmem_to_smem(ref.at[b, pl.ds(step * bk, bk), h], dst.at[slot],
-                              kv_bar.at[slot])
-      return
-    span = min(st.page_size, bk)       # one copy per page (or slice of a page) of the block
-    for c in range(bk // span):
-      p0 = step * bk + c * span
-      page = tab_ref[b * st.n_pages + jnp.minimum(p0 // st.page_size, st.n_pages - 1)]
-      plgpu.copy_gmem_to_smem(ref.at[page, pl.ds(lax.rem(p0, st.page_size), span), h],
-                              dst.at[slot, pl.ds(c * span, span)], kv_bar.at[slot])
+  # the (B, S, Hkv, D) caches or pools read through the table (fp8: K only; V^T is a
+  # (B, Hkv, D, S') copy made, and gathered, outside the kernel)
+  cache = [(k_ref, k_smem)] + ([] if st.fp8 else [(v_ref, v_smem)])
 
   def issue(step, slot):
     rows = pl.ds(step * bk, bk)
-    cache_copy(k_ref, k_smem, step, slot)
-    if st.fp8:                         # V^T (D, block_k) codes, made (and gathered) outside
+    for row, src, dst in cache_spans(tab_ref, b, step * bk, bk, st.page_size, st.n_pages):
+      for ref, smem in cache:
+        plgpu.copy_gmem_to_smem(ref.at[row, src, h], smem.at[slot, dst], kv_bar.at[slot])
+    if st.fp8:
       plgpu.copy_gmem_to_smem(v_ref.at[b, h, :, rows], v_smem.at[slot], kv_bar.at[slot])
-    else:
-      cache_copy(v_ref, v_smem, step, slot)
     if st.k_block:
       plgpu.copy_gmem_to_smem(ks_ref.at[b, h, rows], ks_smem.at[slot], kv_bar.at[slot])
     if st.v_block:
@@ -349,8 +341,6 @@ def _fill(template, refs):
   """refs laid into the non-None places of template (None stays None)."""
   it = iter(refs)
   return [None if t is None else next(it) for t in template]
-
-
 
 
 def _kernel_ws(q_ref, cf_ref, of_ref, qp_ref, end_ref, full_ref, tab_ref, k_ref, ks_ref, v_ref,
