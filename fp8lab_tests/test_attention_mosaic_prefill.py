@@ -243,9 +243,10 @@ def test_errors():
     MP.PrefillMosaicConfig(warpgroups=3)
   env = sys.modules["fp8lab.ops.attention"].MOSAIC_PREFILL_CONFIG_ENV
   with pytest.MonkeyPatch.context() as mp:
-    mp.setenv(env, "64")                 # read when the op is traced: a shape of its own
-    with pytest.raises(ValueError, match="block_k:stages"):
-      _attend(jnp.zeros((bsz, 71, hkv, 64), jnp.float32), e4, e4, np.full(bsz, cap))
+    for bad in ("64", "64:2:1.5"):     # read when the op is traced: a shape of its own
+      mp.setenv(env, bad)
+      with pytest.raises(ValueError, match="block_k:stages"):
+        _attend(jnp.zeros((bsz, 71, hkv, 64), jnp.float32), e4, e4, np.full(bsz, cap))
   with pytest.raises(ValueError, match="multiple of 8 positions"):
     x = _meta("e4m3", (bsz, cap - 3, hkv, 64))
     _attend(q, x, x, np.full(bsz, cap - 3))

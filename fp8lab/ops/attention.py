@@ -642,9 +642,13 @@ def _mosaic_launch(cfg):
 
 def _mosaic_prefill_launch(cfg):
   """cfg with MOSAIC_PREFILL_CONFIG_ENV's fields, if set: "block_k:stages[:warpgroups]"."""
-  f = _env_numbers(MOSAIC_PREFILL_CONFIG_ENV, "block_k:stages[:warpgroups]", 2, 3)
+  usage = "block_k:stages[:warpgroups]"
+  f = _env_numbers(MOSAIC_PREFILL_CONFIG_ENV, usage, 2, 3)
   if f is None:
     return cfg
+  if len(f) > 2 and f[2] != int(f[2]):
+    raise ValueError(f"attention: {MOSAIC_PREFILL_CONFIG_ENV} must be {usage} (integers), got "
+                     f"{os.environ[MOSAIC_PREFILL_CONFIG_ENV]!r}")
   return dataclasses.replace(cfg, block_k=f[0], stages=f[1],
                              warpgroups=int(f[2]) if len(f) > 2 else cfg.warpgroups)
 
